@@ -1,0 +1,10 @@
+// tpcomm: RDMA-first, topology-aware communication for tensorplay.distributed.
+// Everything public is reachable from this header.
+#pragma once
+
+#include "tpcomm/error.hpp"
+#include "tpcomm/launch.hpp"
+#include "tpcomm/rendezvous.hpp"
+#include "tpcomm/store.hpp"
+#include "tpcomm/types.hpp"
+#include "tpcomm/version.hpp"

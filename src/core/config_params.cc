@@ -1,0 +1,86 @@
+// The core's entries of the configuration registry (transports register their own).
+// Keep each group sorted by name; tpinfo prints them all.
+#include <span>
+
+#include "core/config.h"
+
+namespace tpcomm::config {
+
+namespace {
+using T = Type;
+
+// clang-format off
+constexpr Param kParams[] = {
+  // ---- logging and core ----
+  {"TPCOMM_DEBUG", T::Enum, "none", "none|warn|info|trace",
+   "Log level. trace is compiled in only with -DTPCOMM_ENABLE_TRACE=ON.", "core"},
+  {"TPCOMM_DEBUG_FILE", T::String, "",  "",
+   "Write the log to this file instead of stderr; %h is replaced by the host name, %p by the pid.",
+   "core"},
+  {"TPCOMM_DEBUG_SUBSYS", T::List, "all",
+   "all|init|store|net|coll|topo|launch|env|shm|tcp|ucx|ibverbs|p2p|alloc|^init|^store|^net|^coll|^topo|^launch|^env|^shm|^tcp|^ucx|^ibverbs|^p2p|^alloc",
+   "Subsystems to log, comma-separated; ^name excludes one (as NCCL_DEBUG_SUBSYS).", "core"},
+  {"TPCOMM_BUFFSIZE", T::Size, "4M", "",
+   "Size of each staging buffer used by pipelined protocols and collectives.", "core"},
+  {"TPCOMM_HOSTID", T::String, "", "",
+   "Host identity used to decide which ranks share a host (default: the machine's hostname and "
+   "boot id). Ranks with different values are treated as different hosts.", "core"},
+  {"TPCOMM_JOB_ID", T::String, "", "",
+   "Job identifier carried in store and data-connection handshakes; connections of another job "
+   "are refused. tprun sets it; default 'default'.", "core"},
+  {"TPCOMM_TIMEOUT", T::Duration, "300s", "",
+   "Default deadline of blocking operations (process-group and store calls).", "core"},
+
+  // ---- stores ----
+  {"TPCOMM_STORE_BACKLOG", T::Int, "4096", "1..1048576",
+   "listen() backlog of the TCPStore server.", "store"},
+  {"TPCOMM_STORE_CONNECT_RETRY", T::Duration, "10ms", "",
+   "Initial back-off between TCPStore connection attempts (doubles, capped at 1 s).", "store"},
+  {"TPCOMM_STORE_MAX_CLIENTS", T::Int, "65536", "1..1048576",
+   "Most concurrent client connections a TCPStore server accepts; more are refused with an "
+   "error reply.", "store"},
+  {"TPCOMM_STORE_MAX_KEY", T::Size, "4K", "",
+   "Longest key a store accepts; longer requests get an error reply.", "store"},
+  {"TPCOMM_STORE_MAX_VALUE", T::Size, "256M", "",
+   "Largest value (and largest request frame) a store accepts.", "store"},
+  {"TPCOMM_STORE_SPIN", T::Duration, "50us", "",
+   "How long a TCPStore client (and the server) busy-polls for a reply before sleeping in the "
+   "kernel; 0 disables spinning.", "store"},
+
+  // ---- launcher (tprun) ----
+  {"TPCOMM_LAUNCH_GRACE", T::Duration, "5s", "",
+   "tprun: time between SIGTERM and SIGKILL when stopping workers.", "launch"},
+
+  // ---- variables owned by others, read through the registry ----
+  {"GROUP_RANK", T::Int, "", "0..", "Node rank, set by tprun for workers.", "launch", true},
+  {"LOCAL_RANK", T::Int, "", "0..", "Rank within the node, set by tprun.", "launch", true},
+  {"LOCAL_WORLD_SIZE", T::Int, "", "1..", "Ranks on this node, set by tprun.", "launch", true},
+  {"MASTER_ADDR", T::String, "", "", "env:// rendezvous: host of the store server.",
+   "launch", true},
+  {"MASTER_PORT", T::Int, "", "0..65535", "env:// rendezvous: port of the store server.",
+   "launch", true},
+  {"OMPI_COMM_WORLD_LOCAL_RANK", T::Int, "", "0..", "Open MPI: local rank (tprun reads it).",
+   "launch", true},
+  {"OMPI_COMM_WORLD_RANK", T::Int, "", "0..", "Open MPI: rank (tprun reads it).", "launch",
+   true},
+  {"OMPI_COMM_WORLD_SIZE", T::Int, "", "1..", "Open MPI: world size (tprun reads it).",
+   "launch", true},
+  {"PMI_RANK", T::Int, "", "0..", "MPICH/PMI: rank.", "launch", true},
+  {"PMI_SIZE", T::Int, "", "1..", "MPICH/PMI: world size.", "launch", true},
+  {"RANK", T::Int, "", "0..", "env:// rendezvous: this process's global rank.", "launch", true},
+  {"SLURM_JOB_ID", T::String, "", "", "Slurm: job id (tprun uses it as the default job id).",
+   "launch", true},
+  {"SLURM_NNODES", T::Int, "", "1..", "Slurm: number of nodes (tprun --nnodes default).",
+   "launch", true},
+  {"SLURM_NODEID", T::Int, "", "0..", "Slurm: node index (tprun --node-rank default).",
+   "launch", true},
+  {"SLURM_PROCID", T::Int, "", "0..", "Slurm: task rank.", "launch", true},
+  {"WORLD_SIZE", T::Int, "", "1..", "env:// rendezvous: number of processes in the job.",
+   "launch", true},
+};
+// clang-format on
+}  // namespace
+
+std::span<const Param> core_params() { return kParams; }
+
+}  // namespace tpcomm::config

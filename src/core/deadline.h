@@ -1,0 +1,51 @@
+// Deadlines: every blocking call in tpcomm takes one (DESIGN.md principle 4).
+#pragma once
+
+#include <chrono>
+
+namespace tpcomm {
+
+/// A point in steady time after which a blocking call gives up.
+class Deadline {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  /// A deadline `d` from now; a negative or huge duration means "never".
+  static Deadline after(std::chrono::milliseconds d) {
+    Deadline x;
+    if (d.count() < 0 || d > std::chrono::hours(24 * 365)) {
+      x.t_ = Clock::time_point::max();
+    } else {
+      x.t_ = Clock::now() + d;
+    }
+    return x;
+  }
+  static Deadline never() {
+    Deadline x;
+    x.t_ = Clock::time_point::max();
+    return x;
+  }
+
+  bool expired() const { return Clock::now() >= t_; }
+  bool is_never() const { return t_ == Clock::time_point::max(); }
+  Clock::time_point when() const { return t_; }
+
+  /// Time left, clamped at zero.
+  std::chrono::milliseconds remaining() const {
+    if (is_never()) return std::chrono::hours(24 * 365);
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(t_ - Clock::now());
+    return left.count() > 0 ? left : std::chrono::milliseconds(0);
+  }
+  /// Time left in whole milliseconds for poll()/epoll_wait(): -1 for never, at least 0.
+  int poll_timeout_ms() const {
+    if (is_never()) return -1;
+    auto left = std::chrono::duration_cast<std::chrono::microseconds>(t_ - Clock::now());
+    if (left.count() <= 0) return 0;
+    return static_cast<int>((left.count() + 999) / 1000);
+  }
+
+ private:
+  Clock::time_point t_{};
+};
+
+}  // namespace tpcomm

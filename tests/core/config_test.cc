@@ -1,0 +1,102 @@
+#include "core/config.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include "tpcomm/error.hpp"
+
+namespace tpcomm::config {
+namespace {
+
+// Sets an environment variable for one test and restores the snapshot afterwards.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    setenv(name, value, 1);
+    reload();
+  }
+  ~ScopedEnv() {
+    unsetenv(name_);
+    reload();
+  }
+
+ private:
+  const char* name_;
+};
+
+TEST(Config, DefaultsAreTyped) {
+  EXPECT_EQ(get_size("TPCOMM_BUFFSIZE"), 4u << 20);
+  EXPECT_EQ(get_duration("TPCOMM_TIMEOUT"), std::chrono::seconds(300));
+  EXPECT_EQ(get_enum("TPCOMM_DEBUG"), "none");
+}
+
+TEST(Config, ParsesSizesDurationsBools) {
+  EXPECT_EQ(parse_size("64K"), 65536u);
+  EXPECT_EQ(parse_size("4MiB"), 4u << 20);
+  EXPECT_EQ(parse_size("1g"), 1ull << 30);
+  EXPECT_EQ(parse_size("123"), 123u);
+  EXPECT_FALSE(parse_size("12xyz"));
+  EXPECT_FALSE(parse_size(""));
+  EXPECT_FALSE(parse_size("-1"));
+  EXPECT_EQ(parse_duration("250ms"), std::chrono::milliseconds(250));
+  EXPECT_EQ(parse_duration("30"), std::chrono::seconds(30));
+  EXPECT_EQ(parse_duration("5m"), std::chrono::minutes(5));
+  EXPECT_EQ(parse_duration("50us"), std::chrono::milliseconds(0));
+  EXPECT_FALSE(parse_duration("soon"));
+  EXPECT_EQ(parse_bool("Yes"), true);
+  EXPECT_EQ(parse_bool("off"), false);
+  EXPECT_FALSE(parse_bool("maybe"));
+}
+
+TEST(Config, MalformedValueNamesVariableAndWhatItAccepts) {
+  ScopedEnv e("TPCOMM_BUFFSIZE", "12xyz");
+  try {
+    (void)get_size("TPCOMM_BUFFSIZE");
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& err) {
+    std::string msg = err.what();
+    EXPECT_NE(msg.find("TPCOMM_BUFFSIZE='12xyz'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("size in bytes"), std::string::npos) << msg;
+  }
+  EXPECT_THROW(validate(), ConfigError);
+}
+
+TEST(Config, EnumOutsideAllowedValuesFails) {
+  ScopedEnv e("TPCOMM_DEBUG", "loud");
+  EXPECT_THROW(get_enum("TPCOMM_DEBUG"), ConfigError);
+}
+
+TEST(Config, IntRangeIsEnforced) {
+  ScopedEnv e("TPCOMM_STORE_BACKLOG", "0");
+  EXPECT_THROW(get_int("TPCOMM_STORE_BACKLOG"), ConfigError);
+}
+
+TEST(Config, UnknownVariableGetsNearestSuggestion) {
+  ScopedEnv e("TPCOMM_BUFSIZE", "4M");
+  auto warnings = validate();
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("TPCOMM_BUFSIZE"), std::string::npos);
+  EXPECT_NE(warnings[0].find("did you mean TPCOMM_BUFFSIZE"), std::string::npos) << warnings[0];
+}
+
+TEST(Config, EveryParamHasDescriptionAndValidDefault) {
+  for (const Param* p : all()) {
+    EXPECT_FALSE(p->description.empty()) << p->name;
+    if (!p->default_value.empty() && !p->external) {
+      ScopedEnv e(std::string(p->name).c_str(), std::string(p->default_value).c_str());
+      EXPECT_NO_THROW(validate()) << p->name << " default '" << p->default_value << "'";
+    }
+  }
+}
+
+TEST(Config, UnregisteredReadIsAnInternalError) {
+  EXPECT_THROW(raw("TPCOMM_NOT_A_THING"), ConfigError);
+}
+
+TEST(Config, EditDistance) {
+  EXPECT_EQ(edit_distance("kitten", "sitting"), 3u);
+  EXPECT_EQ(edit_distance("", "abc"), 3u);
+}
+
+}  // namespace
+}  // namespace tpcomm::config
