@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The whole test suite: installs what is needed, builds with warnings as errors, runs every
+# test, then builds the unit tests with AddressSanitizer + UndefinedBehaviorSanitizer (clang,
+# which also builds the libFuzzer targets) and runs them, then checks that nothing was left
+# in /dev/shm. Usage: tools/test.sh [--no-sanitizers]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+jobs=$(nproc)
+
+bash tools/setup.sh
+
+shm_before=$(ls /dev/shm | grep -c '^tpcomm' || true)
+start=$(date +%s)
+
+echo "== build (RelWithDebInfo, -Werror) =="
+cmake -S . -B build-test -G Ninja -DTPCOMM_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build-test -j "$jobs"
+echo "== tests =="
+ctest --test-dir build-test -j "$jobs" --output-on-failure --timeout 300
+
+if [[ "${1:-}" != "--no-sanitizers" ]]; then
+  echo "== sanitizer build (clang, address+undefined) =="
+  CC=clang CXX=clang++ cmake -S . -B build-asan -G Ninja -DTPCOMM_WERROR=ON \
+    -DCMAKE_BUILD_TYPE=Debug -DTPCOMM_SANITIZE=address,undefined -DTPCOMM_BUILD_BENCH=OFF >/dev/null
+  cmake --build build-asan -j "$jobs"
+  echo "== sanitizer tests =="
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    ctest --test-dir build-asan -j "$jobs" --output-on-failure --timeout 600 -LE 'install|bench'
+fi
+
+shm_after=$(ls /dev/shm | grep -c '^tpcomm' || true)
+if ((shm_after > shm_before)); then
+  echo "FAILED: the tests left $((shm_after - shm_before)) tpcomm segment(s) in /dev/shm:" >&2
+  ls -la /dev/shm | grep tpcomm >&2
+  exit 1
+fi
+echo "== all tests passed in $(( $(date +%s) - start )) s =="
