@@ -209,6 +209,16 @@ std::optional<std::string> raw(std::string_view name) {
 
 bool is_set(std::string_view name) { return raw(name).has_value(); }
 
+std::vector<std::string> environment() {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lk(r.mu);
+  if (!r.env_loaded) r.load_env_locked();
+  std::vector<std::string> out;
+  out.reserve(r.env.size());
+  for (const auto& [k, v] : r.env) out.push_back(k + "=" + v);
+  return out;
+}
+
 bool get_bool(std::string_view name) {
   const Param& p = require(name);
   std::string v = effective(p);

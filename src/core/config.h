@@ -68,6 +68,10 @@ std::vector<std::string> get_list(std::string_view name);
 /// True when the variable is set in the environment snapshot.
 bool is_set(std::string_view name);
 
+/// The whole environment snapshot as "NAME=value" strings, to hand on to child processes
+/// (tprun builds its workers' environment from it). To read a value, use the getters.
+std::vector<std::string> environment();
+
 /// Checks every set TPCOMM_* variable: throws ConfigError on the first malformed one, and
 /// returns a warning for each unknown TPCOMM_ name with the nearest known name suggested
 /// (the caller logs them). Called by init paths.

@@ -50,6 +50,9 @@ constexpr Param kParams[] = {
   // ---- launcher (tprun) ----
   {"TPCOMM_LAUNCH_GRACE", T::Duration, "5s", "",
    "tprun: time between SIGTERM and SIGKILL when stopping workers.", "launch"},
+  {"TPCOMM_RESTART_COUNT", T::Int, "0", "0..",
+   "Set by tprun for its workers: how many times the workers of this node were restarted "
+   "after a failure (as TORCHELASTIC_RESTART_COUNT).", "launch"},
 
   // ---- variables owned by others, read through the registry ----
   {"GROUP_RANK", T::Int, "", "0..", "Node rank, set by tprun for workers.", "launch", true},
@@ -64,6 +67,8 @@ constexpr Param kParams[] = {
   {"OMPI_COMM_WORLD_RANK", T::Int, "", "0..", "Open MPI: rank (tprun reads it).", "launch",
    true},
   {"OMPI_COMM_WORLD_SIZE", T::Int, "", "1..", "Open MPI: world size (tprun reads it).",
+   "launch", true},
+  {"PATH", T::String, "", "", "Program search path; tprun looks up the worker program in it.",
    "launch", true},
   {"PMI_RANK", T::Int, "", "0..", "MPICH/PMI: rank.", "launch", true},
   {"PMI_SIZE", T::Int, "", "1..", "MPICH/PMI: world size.", "launch", true},
