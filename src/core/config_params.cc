@@ -54,6 +54,31 @@ constexpr Param kParams[] = {
    "Set by tprun for its workers: how many times the workers of this node were restarted "
    "after a failure (as TORCHELASTIC_RESTART_COUNT).", "launch"},
 
+  // ---- topology and per-link selection ----
+  {"TPCOMM_IB_HCA", T::String, "", "",
+   "RDMA devices to use, NCCL_IB_HCA syntax: comma-separated name prefixes (mlx5 matches "
+   "mlx5_0..mlx5_N), '=' first for exact names, '^' first to exclude the list, ':port' to pick "
+   "one port (e.g. '=mlx5_0:1,mlx5_1:1', '^mlx5_3').", "topo"},
+  {"TPCOMM_NET_GDR_LEVEL", T::Enum, "pxb", "loc|pix|pxb|phb|node|sys|0|1|2|3|4|5",
+   "Farthest GPU-to-NIC relation at which GPUDirect RDMA is used (as NCCL_NET_GDR_LEVEL): "
+   "loc never, pix same PCIe switch port, pxb same PCIe switch tree, phb same host bridge, "
+   "node same socket, sys always; integers as NCCL's: 0 loc, 1 pix, 2 pxb, 3 phb, 4 or 5 sys.",
+   "topo"},
+  {"TPCOMM_SHM_DISABLE", T::Bool, "0", "",
+   "Do not use shared memory between ranks of one host (they then use the network "
+   "transports, as NCCL_SHM_DISABLE).", "topo"},
+  {"TPCOMM_TOPO_DUMP_FILE", T::String, "", "",
+   "Write the discovered topology to this file: hwloc XML when the name ends in .xml, else "
+   "tpcomm's JSON; %h is replaced by the host name, %p by the pid.", "topo"},
+  {"TPCOMM_TOPO_FILE", T::String, "", "",
+   "Use this topology instead of discovering the machine: an hwloc XML export (v1 or v2, "
+   "e.g. from lstopo --of xml) or a tpcomm JSON dump. Nothing is bound on the real machine.",
+   "topo"},
+  {"TPCOMM_TRANSPORT", T::List, "", "shm|tcp|ucx|ibverbs|^shm|^tcp|^ucx|^ibverbs",
+   "Transports the per-link selection may use, in order of preference (e.g. 'tcp' forces TCP, "
+   "'ucx,tcp'); '^name' excludes one. Empty: automatic (shm within a host; ibverbs, ucx, tcp "
+   "between hosts).", "topo"},
+
   // ---- variables owned by others, read through the registry ----
   {"GROUP_RANK", T::Int, "", "0..", "Node rank, set by tprun for workers.", "launch", true},
   {"LOCAL_RANK", T::Int, "", "0..", "Rank within the node, set by tprun.", "launch", true},
