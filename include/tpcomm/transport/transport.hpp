@@ -1,0 +1,126 @@
+// The link layer (DESIGN.md principle 1): a Transport registers memory, connects endpoints to
+// peers and reaps completions in progress(). The protocol above it (eager, rendezvous,
+// matching, credits) is written once, in src/p2p/. docs/transport.md maps ibverbs and UCX
+// onto this interface call by call.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "tpcomm/store.hpp"
+#include "tpcomm/transport/endpoint.hpp"
+#include "tpcomm/transport/memory.hpp"
+#include "tpcomm/types.hpp"
+
+namespace tpcomm::transport {
+
+/// Which peers a transport can reach: those on this host only (shm), or any (tcp, ibverbs).
+enum class Reach : uint8_t { Host, Network };
+
+/// What a transport can do and what it costs (STYLE 5). Link selection and the protocol read
+/// it; the defaults describe a plain network transport with emulated put.
+struct Capabilities {
+  Reach reach = Reach::Network;
+  /// Put moves data without the receiving CPU (RDMA, CMA, mapped segment); false: emulated
+  /// by a header plus a stream write into the posted buffer (tcp, UCX over tcp).
+  bool native_put = false;
+  bool native_get = false;
+  /// Largest send() payload (one bounce buffer).
+  size_t max_message = 8192;
+  /// Largest single put; the protocol splits larger transfers.
+  size_t max_put = SIZE_MAX;
+  /// > 0: the peer pre-posts this many bounce buffers per connection and the protocol runs
+  /// credit-based flow control (ibverbs). 0: the transport applies its own back-pressure
+  /// (ring full, socket buffer full) by returning NoResource.
+  uint32_t recv_slots = 0;
+  /// Suggested eager/rendezvous switch point (TPCOMM_RNDV_THRESHOLD overrides it).
+  size_t rndv_threshold = 65536;
+  /// Hints for selection and tpinfo: one-way small-message latency and peak bandwidth.
+  double latency_us = 10.0;
+  double bandwidth_gbps = 1.0;
+  /// Memory register_memory accepts besides host memory.
+  bool cuda_memory = false;
+};
+
+/// What a transport is created with. The store is private to the transport (prefixed), for
+/// transports that exchange more than their address at connection time.
+struct TransportContext {
+  int rank = -1;
+  int world_size = 0;
+  std::string job_id;
+  std::string host_id;
+  std::shared_ptr<Store> store;
+  std::chrono::milliseconds timeout{300000};
+};
+
+/// One instance per process and transport kind, driving every endpoint of that kind. Not
+/// thread-safe: the protocol engine serialises calls (progress and posts alike).
+class Transport {
+ public:
+  virtual ~Transport() = default;
+
+  /// Registered name ("tcp", "shm", "ucx", "ibverbs").
+  virtual const char* name() const = 0;
+  virtual Capabilities capabilities() const = 0;
+
+  /// Opaque bytes that let a peer connect to this process (listening addresses, a UCX worker
+  /// address, a GID and LID); published through the store by the protocol engine.
+  virtual std::vector<uint8_t> address() const = 0;
+
+  /// The endpoint to `peer`, whose address() is `peer_address`; made on the first call,
+  /// the same one afterwards (also when the peer connected first). Must not wait for the
+  /// peer's progress(), which may itself be inside connect(): a handshake that needs the
+  /// peer finishes in progress(), and posts return NoResource until then. A connection not
+  /// ready by `deadline` is reported through on_peer_error. Throws TransportError when the
+  /// address is unusable.
+  virtual Endpoint& connect(int peer, std::span<const uint8_t> peer_address,
+                            std::chrono::steady_clock::time_point deadline) = 0;
+
+  /// Registers [addr, addr+length) on `device`; NotSupportedError for memory the transport
+  /// cannot reach (see Capabilities::cuda_memory). length 0 is allowed.
+  virtual std::unique_ptr<MemoryRegion> register_memory(void* addr, size_t length,
+                                                        Device device) = 0;
+
+  /// Reaps arrivals and completions and reports them to `sink`; advances queued sends and
+  /// handshakes. Never blocks. Returns the number of events reported (0: nothing happened).
+  virtual int progress(EventSink& sink) = 0;
+
+  /// A file descriptor that polls readable when progress() may have work, for the blocking
+  /// phase of the adaptive wait (an epoll fd over sockets, a CQ completion channel, a
+  /// doorbell socket, ucp_worker_get_efd). -1: none, the caller polls with a short sleep.
+  virtual int wait_fd() const { return -1; }
+
+  /// Called before sleeping on wait_fd(): requests a wake-up for the next event
+  /// (ibv_req_notify_cq, ucp_worker_arm, "doorbell wanted" flags). Returns false when work
+  /// is already pending, in which case the caller runs progress() instead of sleeping.
+  virtual bool arm() { return true; }
+};
+
+/// Creates a transport; throws NotSupportedError (with the reason) where it cannot run here,
+/// for example no RDMA device.
+using TransportFactory = std::function<std::unique_ptr<Transport>(const TransportContext&)>;
+
+/// Registers a transport by name (STYLE 2). Each transports/<name>/ folder calls this from
+/// its registration function, which the build lists in register_builtin_transports.cc; no
+/// core file names a transport. Registering a name again replaces it (tests use this).
+void register_transport(const std::string& name, TransportFactory factory);
+
+/// Names of the registered transports, sorted.
+std::vector<std::string> transport_names();
+
+/// True when `name` is registered (compiled in); it may still fail to start here.
+bool has_transport(const std::string& name);
+
+/// Creates the transport `name`; InvalidArgument listing the known names when unknown.
+std::unique_ptr<Transport> create_transport(const std::string& name, const TransportContext& ctx);
+
+/// Runs every built-in transport's registration (once; also done when the library loads).
+void register_builtin_transports();
+
+}  // namespace tpcomm::transport
