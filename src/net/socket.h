@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/deadline.h"
@@ -31,6 +32,9 @@ std::vector<SockAddr> resolve(const std::string& host, uint16_t port);
 
 /// Splits "host:port", "[v6]:port" into parts; throws InvalidArgument on a malformed string.
 std::pair<std::string, uint16_t> split_host_port(const std::string& hostport);
+
+/// Joins host and port for messages: "host:29500", "[::1]:29500" (brackets added for IPv6).
+std::string join_host_port(const std::string& host, uint16_t port);
 
 /// An owned file descriptor (closed on destruction; movable).
 class Fd {
@@ -69,10 +73,12 @@ SockAddr local_address(int fd);
 SockAddr peer_address(int fd);
 
 /// Connects to host:port, retrying refused/unreachable attempts with back-off until the
-/// deadline (a server that is still starting). Returns a blocking socket with TCP_NODELAY.
-/// Throws TimeoutError "cannot reach host:port after N ms (last error: ...)".
+/// deadline (a server that is still starting). The back-off starts at initial_backoff
+/// (negative: TPCOMM_STORE_CONNECT_RETRY) and doubles up to 1 s. Returns a blocking socket
+/// with TCP_NODELAY. Throws TimeoutError "cannot reach host:port after N ms (last error:
+/// ...)", TransportError for errors that retrying cannot fix.
 Fd connect_to(const std::string& host, uint16_t port, Deadline deadline,
-              std::chrono::milliseconds initial_backoff = std::chrono::milliseconds(10));
+              std::chrono::milliseconds initial_backoff = std::chrono::milliseconds(-1));
 
 /// Sets O_NONBLOCK on or off.
 void set_nonblocking(int fd, bool on);
