@@ -132,7 +132,8 @@ enum class ReduceOp : uint8_t { SUM, PRODUCT, MIN, MAX, AVG, BAND, BOR, BXOR, PR
 const char* reduce_op_name(ReduceOp op);
 /// Parses the names above (and "product"); nullopt if unknown.
 std::optional<ReduceOp> parse_reduce_op(std::string_view name);
-/// True when `op` is defined on `t` (bitwise ops are not defined on floating types).
+/// True when `op` is defined on `t`: bitwise ops take integer and bool types only, AVG and
+/// PREMUL_SUM floating types only.
 bool reduce_op_supports(ReduceOp op, DType t);
 
 }  // namespace tpcomm

@@ -79,6 +79,14 @@ constexpr Param kParams[] = {
    "'ucx,tcp'); '^name' excludes one. Empty: automatic (shm within a host; ibverbs, ucx, tcp "
    "between hosts).", "topo"},
 
+  // ---- collectives ----
+  {"TPCOMM_REDUCE_ISA", T::Enum, "auto", "auto|avx512|avx2|scalar",
+   "Instruction set of the host reduction kernels: auto picks the widest the CPU supports; a "
+   "forced path the CPU lacks falls back to auto with a warning.", "collectives"},
+  {"TPCOMM_REDUCE_NT_THRESHOLD", T::Size, "0", "",
+   "Out-of-place reductions writing at least this many bytes use non-temporal (streaming) "
+   "stores, which bypass the cache; 0 never uses them.", "collectives"},
+
   // ---- variables owned by others, read through the registry ----
   {"GROUP_RANK", T::Int, "", "0..", "Node rank, set by tprun for workers.", "launch", true},
   {"LOCAL_RANK", T::Int, "", "0..", "Rank within the node, set by tprun.", "launch", true},

@@ -181,7 +181,8 @@ std::optional<ReduceOp> parse_reduce_op(std::string_view name) {
 
 bool reduce_op_supports(ReduceOp op, DType t) {
   if (op == ReduceOp::BAND || op == ReduceOp::BOR || op == ReduceOp::BXOR) return !is_floating(t);
-  if (t == DType::Bool) return op != ReduceOp::AVG && op != ReduceOp::PREMUL_SUM;
+  // AVG and PREMUL_SUM are defined on floating types only (as torch's backends).
+  if (op == ReduceOp::AVG || op == ReduceOp::PREMUL_SUM) return is_floating(t);
   return true;
 }
 
