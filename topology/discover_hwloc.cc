@@ -251,6 +251,30 @@ void add_nvlinks(hwloc_topology_t t, Topology* topo) {
   }
 }
 
+// "rdmap79s0" < "rdmap113s0", "mlx5_2" < "mlx5_10": digit runs compare as numbers.
+bool natural_less(const std::string& a, const std::string& b) {
+  size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    bool da = a[i] >= '0' && a[i] <= '9', db = b[j] >= '0' && b[j] <= '9';
+    if (da && db) {
+      size_t ei = i, ej = j;
+      while (ei < a.size() && a[ei] >= '0' && a[ei] <= '9') ++ei;
+      while (ej < b.size() && b[ej] >= '0' && b[ej] <= '9') ++ej;
+      std::string_view na = std::string_view(a).substr(i, ei - i);
+      std::string_view nb = std::string_view(b).substr(j, ej - j);
+      while (na.size() > 1 && na[0] == '0') na.remove_prefix(1);
+      while (nb.size() > 1 && nb[0] == '0') nb.remove_prefix(1);
+      if (na.size() != nb.size()) return na.size() < nb.size();
+      if (na != nb) return na < nb;
+      i = ei, j = ej;
+    } else {
+      if (a[i] != b[j]) return a[i] < b[j];
+      ++i, ++j;
+    }
+  }
+  return a.size() - i < b.size() - j;
+}
+
 Topology build(hwloc_topology_t t, bool this_system) {
   Topology topo;
   hwloc_obj_t root = hwloc_get_root_obj(t);
@@ -341,9 +365,9 @@ Topology build(hwloc_topology_t t, bool this_system) {
   for (Nic& n : topo.nics) fill_package(n.pci);
   for (NetIf& n : topo.netifs) fill_package(n.pci);
   std::sort(topo.nics.begin(), topo.nics.end(),
-            [](const Nic& a, const Nic& b) { return a.name < b.name; });
+            [](const Nic& a, const Nic& b) { return natural_less(a.name, b.name); });
   std::sort(topo.netifs.begin(), topo.netifs.end(),
-            [](const NetIf& a, const NetIf& b) { return a.name < b.name; });
+            [](const NetIf& a, const NetIf& b) { return natural_less(a.name, b.name); });
   return topo;
 }
 

@@ -12,9 +12,19 @@ std::string short_bus(const std::string& id) {
   return id.rfind("0000:", 0) == 0 ? id.substr(5) : id;
 }
 
+// "hb 48-4e > 48:01.0 > 49:00.0": the host bridge by its bus range, then the bridges below.
 std::string path_text(const PciDevice& d) {
   std::string out;
-  for (const std::string& p : d.path) out += (out.empty() ? "" : " > ") + short_bus(p);
+  for (const std::string& p : d.path) {
+    std::string e = short_bus(p);
+    if (e.find('[') != std::string::npos) {
+      std::string inner;
+      for (char c : e)
+        if (c != '[' && c != ']') inner.push_back(c);
+      e = "hb " + inner;
+    }
+    out += (out.empty() ? "" : " > ") + e;
+  }
   return out.empty() ? "" : "  [" + out + "]";
 }
 
@@ -22,6 +32,10 @@ std::string gib(uint64_t bytes) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%.0f GiB", static_cast<double>(bytes) / (1u << 30));
   return buf;
+}
+
+std::string count(size_t n, const char* what) {
+  return std::to_string(n) + " " + what + (n == 1 ? "" : "s");
 }
 
 std::string pad(std::string s, size_t n) {
@@ -91,9 +105,10 @@ std::string format_tree(const Topology& t) {
   std::ostringstream os;
   os << "Machine " << (t.hostname.empty() ? "?" : t.hostname);
   if (!t.cpu_model.empty()) os << " (" << t.cpu_model << ")";
-  os << ": " << t.packages.size() << " packages, " << t.numa_nodes.size() << " NUMA nodes, "
-     << t.cores << " cores, " << t.pus << " PUs, " << t.gpus.size() << " GPUs, " << t.nics.size()
-     << " RDMA devices\n";
+  os << ": " << count(t.packages.size(), "package") << ", "
+     << count(t.numa_nodes.size(), "NUMA node") << ", " << count(t.cores, "core") << ", "
+     << count(t.pus, "PU") << ", " << count(t.gpus.size(), "GPU") << ", "
+     << count(t.nics.size(), "RDMA device") << "\n";
   os << "  source " << t.source << ", host id " << t.host_id;
   if (!t.hwloc_version.empty()) os << ", hwloc " << t.hwloc_version;
   os << "\n";

@@ -138,12 +138,14 @@ std::vector<size_t> nearest(const Topology& t, const NicOptions& o,
   }
   const std::vector<size_t>& pool = verbs.empty() ? usable : verbs;
   if (pool.empty()) {
+    bool any_active =
+        std::any_of(t.nics.begin(), t.nics.end(), [](const Nic& n) { return n.any_port_active(); });
     if (t.nics.empty())
       *none_why = "no RDMA device on this host";
-    else if (!o.hca.empty())
-      *none_why = "no RDMA device passes TPCOMM_IB_HCA='" + o.hca_text + "'";
-    else
+    else if (!any_active)
       *none_why = "no RDMA device has an active port";
+    else
+      *none_why = "no RDMA device passes TPCOMM_IB_HCA='" + o.hca_text + "'";
     return {};
   }
   *best = Relation::SYS;
@@ -154,9 +156,33 @@ std::vector<size_t> nearest(const Topology& t, const NicOptions& o,
   return eq;  // in NIC name order, as t.nics is
 }
 
+// Devices nearer than `best` that could not be used, with the reason: a hint for the log.
+std::string nearer_unusable(const Topology& t, const NicOptions& o,
+                            const std::function<Relation(const Nic&)>& rel, Relation best) {
+  std::string out;
+  for (const Nic& n : t.nics) {
+    Relation r = rel(n);
+    if (r >= best) continue;
+    std::string why;
+    if (!o.hca.allows(n.name, -1))
+      why = "excluded by TPCOMM_IB_HCA";
+    else if (!n.any_port_active())
+      why = "no active port";
+    else if (usable_port(n, o.hca) < 0)
+      why = "its active ports are excluded by TPCOMM_IB_HCA";
+    else if (!n.verbs_capable())
+      why = n.kind + ", not verbs-capable";
+    else
+      continue;
+    out += (out.empty() ? "" : ", ") + n.name + " (" + relation_name(r) + ", " + why + ")";
+  }
+  return out.empty() ? "" : "; nearer but not used: " + out;
+}
+
 std::string names(const Topology& t, const std::vector<size_t>& idx) {
   std::string s;
-  for (size_t i : idx) s += (s.empty() ? "" : ", ") + t.nics[i].name;
+  for (size_t k = 0; k < idx.size() && k < 6; ++k) s += (k ? ", " : "") + t.nics[idx[k]].name;
+  if (idx.size() > 6) s += ", ...";
   return s;
 }
 
@@ -198,12 +224,15 @@ NicPick pick_nic_for_gpu(const Topology& t, const Gpu& gpu, const NicOptions& o)
   const Nic& nic = *t.find_nic(p.nic);
   p.why = gpu.label() + " -> " + p.nic + " port " + std::to_string(p.port) + ": " +
           relation_name(best) + ", they " + relation_phrase(best);
-  if (eq.size() > 1)
-    p.why += "; " + std::to_string(eq.size()) + " devices at this distance (" + names(t, eq) +
-             "), GPU " + std::to_string(slot + 1) + " of " + std::to_string(sharing) +
-             " sharing them takes device " + std::to_string(slot % eq.size() + 1);
+  if (eq.size() > 1) {
+    p.why += "; " + std::to_string(eq.size()) + " devices at this distance (" + names(t, eq) + ")";
+    if (sharing > 1)
+      p.why += ", GPU " + std::to_string(slot + 1) + " of the " + std::to_string(sharing) +
+               " sharing them takes device " + std::to_string(slot % eq.size() + 1);
+  }
   if (!nic.verbs_capable())
     p.why += "; " + nic.kind + " device: not usable by the ibverbs transport";
+  p.why += nearer_unusable(t, o, rel, best);
   p.gdr = gdr_allowed(gpu, nic, best, o.gdr_level, &p.gdr_why);
   return p;
 }
@@ -239,6 +268,7 @@ NicPick pick_nic_for_numa(const Topology& t, int numa, int local_rank, const Nic
              std::to_string(slot % eq.size() + 1);
   if (!nic.verbs_capable())
     p.why += "; " + nic.kind + " device: not usable by the ibverbs transport";
+  p.why += nearer_unusable(t, o, rel, best);
   return p;
 }
 

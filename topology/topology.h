@@ -119,8 +119,8 @@ struct NetIf {
   bool operator==(const NetIf&) const = default;
 };
 
-/// The whole machine. Devices are ordered: GPUs by CUDA index then bus id, NICs by name,
-/// interfaces by name.
+/// The whole machine. Devices are ordered: GPUs by CUDA index then bus id, NICs and interfaces
+/// by name with digit runs compared as numbers (mlx5_2 before mlx5_10).
 struct Topology {
   std::string host_id;   ///< TPCOMM_HOSTID, else "<hostname>/<boot id>" of the real machine
   std::string hostname;  ///< the machine described (the XML's HostName for a stored file)
