@@ -112,6 +112,12 @@ struct Summary {
 Summary make_summary(const Topology& t, const Placement& p, const NicOptions& opts,
                      std::vector<std::string> transports);
 
+/// The summary of this process on `t`: placement from its CPU affinity, NIC options from
+/// TPCOMM_IB_HCA and TPCOMM_NET_GDR_LEVEL, `transports` as given (usable_transports() of the
+/// probes, restricted to the transports the caller has).
+Summary local_summary(const Topology& t, int rank, int local_rank, std::string gpu,
+                      std::vector<std::string> transports);
+
 /// Compact JSON of a summary (a few KiB at most); round-trips exactly.
 std::string summary_to_string(const Summary& s);
 /// Parses summary_to_string output from an untrusted source; throws InvalidArgument naming

@@ -121,6 +121,12 @@ Summary make_summary(const Topology& t, const Placement& p, const NicOptions& op
   return s;
 }
 
+Summary local_summary(const Topology& t, int rank, int local_rank, std::string gpu,
+                      std::vector<std::string> transports) {
+  return make_summary(t, current_placement(t, rank, local_rank, std::move(gpu)),
+                      NicOptions::from_config(), std::move(transports));
+}
+
 std::string summary_to_string(const Summary& s) {
   using detail::encode;
   json::Value v;

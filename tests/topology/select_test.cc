@@ -553,6 +553,17 @@ TEST(Summary, BadInputIsRefusedWithItsLocation) {
   }
 }
 
+TEST(Summary, LocalSummaryOfThisProcess) {
+  Topology t = discover();
+  Summary s = local_summary(t, 5, 1, "", {"shm", "tcp"});
+  EXPECT_EQ(s.rank, 5);
+  EXPECT_EQ(s.local_rank, 1);
+  EXPECT_EQ(s.host_id, local_host_id());
+  EXPECT_EQ(s.numa, numa_of_cpus(t, current_cpus()));
+  EXPECT_EQ(s.transports, (std::vector<std::string>{"shm", "tcp"}));
+  EXPECT_THROW(local_summary(t, 0, 0, "cuda99", {}), InvalidArgument);
+}
+
 TEST(Summary, DescribeNamesBothEnds) {
   Topology t = load_file(fixture("two-socket-gpu-ib-roce.xml"));
   Summary a = rank_on(t, "A", 0, 0, "cuda0");
