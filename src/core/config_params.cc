@@ -53,6 +53,9 @@ constexpr Param kParams[] = {
   {"TPCOMM_RESTART_COUNT", T::Int, "0", "0..",
    "Set by tprun for its workers: how many times the workers of this node were restarted "
    "after a failure (as TORCHELASTIC_RESTART_COUNT).", "launch"},
+  {"TPCOMM_USE_AGENT_STORE", T::Bool, "0", "",
+   "Set by tprun: the launcher hosts the TCPStore at MASTER_ADDR:MASTER_PORT, so every rank, "
+   "rank 0 included, connects as a client.", "launch"},
 
   // ---- topology and per-link selection ----
   {"TPCOMM_IB_HCA", T::String, "", "",
