@@ -1,0 +1,239 @@
+// TCPStore server against bad input: random bytes, absurd lengths, half frames, unknown ops,
+// other protocol versions, too many clients, thousands of idle connections. Each time the
+// server drops (or answers) the offender and keeps serving everybody else.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <thread>
+
+#include "store/tcp_store_test_util.h"
+#include "tpcomm/error.hpp"
+#include "tpcomm/store.hpp"
+
+namespace tpcomm {
+namespace {
+
+using namespace std::chrono_literals;
+using store_wire::Op;
+using testing::RawConn;
+using testing::ScopedEnv;
+
+bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+class TCPStoreRobust : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    master_ = std::make_unique<TCPStore>("127.0.0.1", 0, -1, true, 30s, false);
+    good_ = std::make_unique<TCPStore>("127.0.0.1", master_->port(), -1, false, 30s);
+  }
+  // The well-behaved client still gets answers.
+  void expect_serving() {
+    int64_t before = good_->add("alive", 0);
+    EXPECT_EQ(good_->add("alive", 1), before + 1);
+    good_->set("probe", std::string_view("p"));
+    EXPECT_EQ(master_->get_string("probe"), "p");
+  }
+  uint16_t port() const { return master_->port(); }
+
+  std::unique_ptr<TCPStore> master_;
+  std::unique_ptr<TCPStore> good_;
+};
+
+TEST_F(TCPStoreRobust, RandomBytesInsteadOfHello) {
+  std::mt19937 rng(7);
+  for (int round = 0; round < 20; ++round) {
+    RawConn raw(port());
+    std::vector<uint8_t> junk(1 + rng() % 4096);
+    for (auto& b : junk) b = static_cast<uint8_t>(rng());
+    junk[0] = 'x';  // never the magic's first byte
+    raw.send_bytes(junk);
+    EXPECT_TRUE(raw.closed_by_server()) << "round " << round;
+  }
+  expect_serving();
+}
+
+TEST_F(TCPStoreRobust, RandomBytesAfterHello) {
+  std::mt19937 rng(11);
+  for (int round = 0; round < 20; ++round) {
+    RawConn raw(port());
+    raw.hello();
+    std::vector<uint8_t> junk(64 + rng() % 4096);
+    for (auto& b : junk) b = static_cast<uint8_t>(rng());
+    raw.send_bytes(junk);
+    // Either an error reply and a close, or a close.
+    EXPECT_TRUE(raw.closed_by_server()) << "round " << round;
+  }
+  expect_serving();
+}
+
+TEST_F(TCPStoreRobust, MutatedValidFramesNeverCrashTheServer) {
+  std::mt19937 rng(3);
+  for (int round = 0; round < 40; ++round) {
+    RawConn raw(port());
+    raw.hello();
+    std::vector<uint8_t> f = testing::frame(Op::kSet, 2, {"key", "value"});
+    f[store_wire::kHeaderSize + rng() % (f.size() - store_wire::kHeaderSize)] ^=
+        static_cast<uint8_t>(1 + rng() % 255);
+    raw.send_bytes(f);
+    raw.send_bytes(testing::frame(Op::kNumKeys, 3, {}));
+    ::shutdown(raw.fd.get(), SHUT_WR);
+    raw.closed_by_server(5s);
+  }
+  expect_serving();
+}
+
+TEST_F(TCPStoreRobust, LengthOfTwoToTheSixtyTwo) {
+  RawConn raw(port());
+  raw.hello();
+  std::vector<uint8_t> f = testing::frame(Op::kSet, 9, {"k", "v"});
+  uint64_t huge = uint64_t{1} << 62;
+  std::memcpy(f.data() + 12, &huge, 8);
+  raw.send_bytes(f.data(), store_wire::kHeaderSize);
+  auto reply = raw.read_frame();
+  EXPECT_EQ(reply.op, static_cast<uint8_t>(Op::kError));
+  EXPECT_EQ(reply.id, 9u);
+  EXPECT_TRUE(contains(reply.text, "TPCOMM_STORE_MAX_VALUE")) << reply.text;
+  EXPECT_TRUE(contains(reply.text, std::to_string(huge))) << reply.text;
+  EXPECT_TRUE(raw.closed_by_server());
+  expect_serving();
+  // The same before any hello: dropped too.
+  RawConn raw2(port());
+  raw2.send_bytes(f.data(), store_wire::kHeaderSize);
+  EXPECT_TRUE(raw2.closed_by_server());
+  expect_serving();
+}
+
+TEST_F(TCPStoreRobust, HalfAFrameThenDisconnect) {
+  for (size_t cut : {size_t{3}, size_t{10}, store_wire::kHeaderSize, store_wire::kHeaderSize + 5}) {
+    RawConn raw(port());
+    raw.hello();
+    auto f = testing::frame(Op::kSet, 2, {"half", std::string(100, 'v')});
+    raw.send_bytes(f.data(), cut);
+    raw.fd.reset();
+  }
+  // A frame whose header promises a large payload, then silence and a disconnect.
+  {
+    RawConn raw(port());
+    raw.hello();
+    auto f = testing::frame(Op::kSet, 2, {"big", std::string(1 << 20, 'v')});
+    raw.send_bytes(f.data(), 4096);
+    std::this_thread::sleep_for(50ms);
+  }
+  expect_serving();
+  EXPECT_FALSE(good_->check({"half"}));
+  EXPECT_FALSE(good_->check({"big"}));
+}
+
+TEST_F(TCPStoreRobust, UnknownOpAndFlagsAreProtocolErrors) {
+  {
+    RawConn raw(port());
+    raw.hello();
+    auto f = testing::frame(Op::kNumKeys, 5, {});
+    f[5] = 42;  // no such op
+    raw.send_bytes(f);
+    auto reply = raw.read_frame();
+    EXPECT_EQ(reply.op, static_cast<uint8_t>(Op::kError));
+    EXPECT_TRUE(contains(reply.text, "unknown request op 42")) << reply.text;
+    EXPECT_TRUE(raw.closed_by_server());
+  }
+  {
+    RawConn raw(port());
+    raw.hello();
+    auto f = testing::frame(Op::kGet, 5, {"k"});
+    f[6] = 1;  // no-reply flag on a get
+    raw.send_bytes(f);
+    auto reply = raw.read_frame();
+    EXPECT_EQ(reply.op, static_cast<uint8_t>(Op::kError));
+    EXPECT_TRUE(contains(reply.text, "flags")) << reply.text;
+  }
+  {
+    RawConn raw(port());
+    raw.hello();
+    // A key count larger than the payload could hold: refused without reserving it.
+    std::vector<uint8_t> b;
+    store_wire::Writer w(&b);
+    w.begin(Op::kWait, 6);
+    w.u32(0xffffffffu);
+    w.end();
+    raw.send_bytes(b);
+    auto reply = raw.read_frame();
+    EXPECT_EQ(reply.op, static_cast<uint8_t>(Op::kError));
+    EXPECT_TRUE(contains(reply.text, "exceeds the payload")) << reply.text;
+  }
+  expect_serving();
+}
+
+TEST_F(TCPStoreRobust, FirstFrameMustBeHello) {
+  RawConn raw(port());
+  raw.send_bytes(testing::frame(Op::kNumKeys, 1, {}));
+  auto reply = raw.read_frame();
+  EXPECT_EQ(reply.op, static_cast<uint8_t>(Op::kError));
+  EXPECT_TRUE(contains(reply.text, "first frame must be a hello")) << reply.text;
+  EXPECT_TRUE(raw.closed_by_server());
+  expect_serving();
+}
+
+TEST_F(TCPStoreRobust, OtherProtocolVersionIsRefused) {
+  RawConn raw(port());
+  std::vector<uint8_t> b;
+  store_wire::Writer w(&b);
+  w.begin(Op::kHello, 1);
+  w.str("default");
+  w.str("future-client");
+  w.u32(0);
+  w.end();
+  b[4] = 2;  // version
+  raw.send_bytes(b);
+  auto reply = raw.read_frame();
+  EXPECT_EQ(reply.op, static_cast<uint8_t>(Op::kError));
+  EXPECT_EQ(reply.code, static_cast<uint16_t>(store_wire::ErrorCode::kVersion));
+  EXPECT_TRUE(contains(reply.text, "version 2")) << reply.text;
+  EXPECT_TRUE(raw.closed_by_server());
+  expect_serving();
+}
+
+TEST(TCPStoreLimits, TooManyClientsIsRefusedNamingTheVariable) {
+  ScopedEnv e("TPCOMM_STORE_MAX_CLIENTS", "2");
+  TCPStore m("127.0.0.1", 0, -1, true, 10s, false);  // client 1 (its own)
+  TCPStore c2("127.0.0.1", m.port(), -1, false, 10s);
+  try {
+    TCPStore c3("127.0.0.1", m.port(), -1, false, 10s);
+    FAIL() << "a third client was accepted";
+  } catch (const StoreError& ex) {
+    EXPECT_TRUE(contains(ex.what(), "TPCOMM_STORE_MAX_CLIENTS=2")) << ex.what();
+  }
+  c2.set("k", std::string_view("v"));
+  EXPECT_EQ(m.get_string("k"), "v");
+}
+
+TEST_F(TCPStoreRobust, FiveThousandIdleConnections) {
+  constexpr int kIdle = 5000;
+  rlim_t limit = testing::raise_fd_limit();
+  // Both ends live in this process: two descriptors per connection, plus slack.
+  if (limit < 2 * kIdle + 512) {
+    GTEST_SKIP() << "RLIMIT_NOFILE is " << limit << ", need " << 2 * kIdle + 512
+                 << " for 5000 loopback connections in one process (raise `ulimit -Hn`)";
+  }
+  std::vector<net::Fd> idle;
+  idle.reserve(kIdle);
+  for (int i = 0; i < kIdle; ++i) {
+    idle.push_back(net::connect_to("127.0.0.1", port(), Deadline::after(30s), 5ms));
+    if (i % 1000 == 999) expect_serving();
+  }
+  expect_serving();
+  // Half of them say hello, then everybody leaves at once.
+  auto hello = testing::frame(Op::kHello, 1, {"default", "idle"}, 0, false);
+  hello.insert(hello.end(), {0, 0, 0, 0});
+  uint64_t len = hello.size() - store_wire::kHeaderSize;
+  std::memcpy(hello.data() + 12, &len, 8);
+  for (int i = 0; i < kIdle; i += 2)
+    net::write_all(idle[i].get(), hello.data(), hello.size(), Deadline::after(10s), "server");
+  expect_serving();
+  idle.clear();
+  expect_serving();
+}
+
+}  // namespace
+}  // namespace tpcomm
