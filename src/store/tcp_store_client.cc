@@ -96,8 +96,8 @@ void TCPStoreClient::handshake(const std::string& job_id, bool master_self, Dead
   w.str(net::hostname() + ":" + std::to_string(::getpid()));
   w.u32(master_self ? store_wire::kHelloSelf : 0);
   w.end();
-  send_request(deadline, "the handshake");
-  uint32_t got = read_reply(id, 0, deadline, "the handshake");
+  send_request(deadline, What{"the handshake"});
+  uint32_t got = read_reply(id, 0, deadline, What{"the handshake"});
   if (got == 0) {
     fail("TCPStore at " + addr_ + ": no answer to the handshake within " +
          std::to_string(timeout.count()) +
@@ -117,6 +117,12 @@ void TCPStoreClient::handshake(const std::string& job_id, bool master_self, Dead
   limits_.max_value = reply_.max_value;
   TPLOG(INFO, STORE) << "TCPStore client connected to " << addr_ << " (server " << reply_.server
                      << ", job '" << job_id << "')";
+}
+
+std::string TCPStoreClient::What::str() const {
+  if (key) return std::string(op) + "(" + quoted(*key) + ")";
+  if (keys) return std::string(op) + "(" + keys_text(*keys) + ")";
+  return op;
 }
 
 void TCPStoreClient::throw_if_broken() const {
@@ -158,16 +164,16 @@ void TCPStoreClient::check_frame(const char* op) const {
   }
 }
 
-void TCPStoreClient::send_request(Deadline deadline, const std::string& what) {
+void TCPStoreClient::send_request(Deadline deadline, const What& what) {
   try {
     net::write_all(fd_.get(), wbuf_.data(), wbuf_.size(), deadline, "TCPStore " + addr_);
   } catch (const TimeoutError& e) {
     // Part of a frame may be out: the stream can no longer be trusted.
-    broken_ = std::string(e.what()) + " during " + what;
+    broken_ = std::string(e.what()) + " during " + what.str();
     fd_.reset();
     throw;
   } catch (const Error& e) {
-    fail("lost the connection to the TCPStore server at " + addr_ + " during " + what + " (" +
+    fail("lost the connection to the TCPStore server at " + addr_ + " during " + what.str() + " (" +
          e.what() + "); has the server (master rank or tpstore) exited?");
   }
 }
@@ -175,52 +181,61 @@ void TCPStoreClient::send_request(Deadline deadline, const std::string& what) {
 ssize_t TCPStoreClient::receive(Deadline deadline) {
   // Grow only as bytes arrive (a reply's length field is not trusted with an allocation).
   if (rbuf_.size() - rlen_ < 1024) rbuf_.resize(std::max<size_t>(rbuf_.size() * 2, 4096));
-  bool spun = false;
-  while (true) {
-    ssize_t n = ::recv(fd_.get(), rbuf_.data() + rlen_, rbuf_.size() - rlen_, MSG_DONTWAIT);
-    if (n >= 0) return n;
-    if (errno == EINTR) continue;
-    if (errno != EAGAIN && errno != EWOULDBLOCK) {
-      fail("lost the connection to the TCPStore server at " + addr_ + " (" + std::strerror(errno) +
-           "); has the server (master rank or tpstore) exited?");
-    }
-    if (!spun && spin_.count() > 0) {
-      spun = true;
-      if (spin_skip_ > 0) {
-        --spin_skip_;
-      } else if (g_spinners.fetch_add(1, std::memory_order_relaxed) < max_spinners()) {
-        // Busy-poll for a moment: the reply of a quick server lands within microseconds,
-        // while sleeping in the kernel costs a wake-up of tens of them.
-        auto until = std::chrono::steady_clock::now() + spin_;
-        do {
-          for (int i = 0; i < 16; ++i) cpu_relax();
-          n = ::recv(fd_.get(), rbuf_.data() + rlen_, rbuf_.size() - rlen_, MSG_DONTWAIT);
-        } while (n < 0 && errno == EAGAIN && std::chrono::steady_clock::now() < until);
-        g_spinners.fetch_sub(1, std::memory_order_relaxed);
-        if (n >= 0) {
-          spin_misses_ = 0;
-          return n;
-        }
-        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) continue;
-        // Missed: spin less often while replies keep taking longer than the spin.
-        spin_misses_ = std::min(spin_misses_ + 1, 6);
-        spin_skip_ = (1 << spin_misses_) - 1;
-      } else {
-        g_spinners.fetch_sub(1, std::memory_order_relaxed);
+  uint8_t* buf = rbuf_.data() + rlen_;
+  const size_t space = rbuf_.size() - rlen_;
+  auto lost = [&] {
+    fail("lost the connection to the TCPStore server at " + addr_ + " (" + std::strerror(errno) +
+         "); has the server (master rank or tpstore) exited?");
+  };
+  if (spin_.count() > 0) {
+    if (spin_skip_ > 0) {
+      --spin_skip_;
+    } else if (g_spinners.fetch_add(1, std::memory_order_relaxed) < max_spinners()) {
+      // Busy-poll for a moment: the reply of a quick server lands within microseconds, while
+      // sleeping in the kernel costs a wake-up of tens of them.
+      auto until = std::chrono::steady_clock::now() + spin_;
+      ssize_t n;
+      do {
+        n = ::recv(fd_.get(), buf, space, MSG_DONTWAIT);
+        if (n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) break;
+        for (int i = 0; i < 16; ++i) cpu_relax();
+      } while (std::chrono::steady_clock::now() < until);
+      g_spinners.fetch_sub(1, std::memory_order_relaxed);
+      if (n >= 0) {
+        spin_misses_ = 0;
+        return n;
       }
+      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) lost();
+      // Missed: spin less often while replies keep taking longer than the spin.
+      spin_misses_ = std::min(spin_misses_ + 1, 6);
+      spin_skip_ = (1 << spin_misses_) - 1;
+    } else {
+      g_spinners.fetch_sub(1, std::memory_order_relaxed);
     }
-    pollfd p{fd_.get(), POLLIN, 0};
-    int rc = ::poll(&p, 1, deadline.poll_timeout_ms());
-    if (rc < 0 && errno != EINTR) {
-      fail("poll() on the connection to the TCPStore server at " + addr_ +
-           " failed: " + std::strerror(errno));
+  }
+  // Sleep in a blocking recv (one system call, no poll); SO_RCVTIMEO slices of at most 1 s
+  // keep the deadline.
+  constexpr int64_t kSliceUs = 1000000;
+  while (true) {
+    auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline.when() -
+                                                                      Deadline::Clock::now());
+    if (!deadline.is_never() && left.count() <= 0) return -1;
+    int64_t want = deadline.is_never() ? kSliceUs : std::min<int64_t>(left.count(), kSliceUs);
+    want = std::max<int64_t>(want, 1);
+    if (want != rcvtimeo_us_ && (want < rcvtimeo_us_ || rcvtimeo_us_ < kSliceUs)) {
+      timeval tv{static_cast<time_t>(want / 1000000), static_cast<suseconds_t>(want % 1000000)};
+      ::setsockopt(fd_.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+      rcvtimeo_us_ = want;
     }
-    if (rc == 0 && deadline.expired()) return -1;
+    ssize_t n = ::recv(fd_.get(), buf, space, 0);
+    if (n >= 0) return n;
+    if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
+    lost();
   }
 }
 
 uint32_t TCPStoreClient::read_reply(uint32_t id, uint32_t alt_id, Deadline deadline,
-                                    const std::string& what) {
+                                    const What& what) {
   // Drop the frames returned by the previous call (their views are no longer used).
   if (rpos_ > 0) {
     rlen_ -= rpos_;
@@ -239,7 +254,7 @@ uint32_t TCPStoreClient::read_reply(uint32_t id, uint32_t alt_id, Deadline deadl
       HeaderStatus st = store_wire::decode_header(p, avail, reply_limits_, &h);
       if (st == HeaderStatus::kNeedMore) break;
       if (st == HeaderStatus::kBadMagic) {
-        fail(addr_ + " is not a tpcomm TCPStore server: it answered " + what + " with '" +
+        fail(addr_ + " is not a tpcomm TCPStore server: it answered " + what.str() + " with '" +
              store_wire::printable_prefix(p, avail) +
              "'; is another program (an HTTP server, a PyTorch TCPStore) on that port?");
       }
@@ -256,7 +271,7 @@ uint32_t TCPStoreClient::read_reply(uint32_t id, uint32_t alt_id, Deadline deadl
       if (avail < frame) break;  // receive() grows the buffer as the bytes arrive
       std::string err;
       if (!store_wire::decode_reply(h, p + store_wire::kHeaderSize, &reply_, &err)) {
-        fail("malformed reply from the TCPStore at " + addr_ + " to " + what + ": " + err);
+        fail("malformed reply from the TCPStore at " + addr_ + " to " + what.str() + ": " + err);
       }
       rpos_ += frame;
       if (h.id == id || (alt_id != 0 && h.id == alt_id)) return h.id;
@@ -280,7 +295,7 @@ uint32_t TCPStoreClient::read_reply(uint32_t id, uint32_t alt_id, Deadline deadl
     ssize_t n = receive(deadline);
     if (n < 0) return 0;
     if (n == 0) {
-      fail("the TCPStore server at " + addr_ + " closed the connection during " + what +
+      fail("the TCPStore server at " + addr_ + " closed the connection during " + what.str() +
            (rlen_ ? " (in the middle of a reply)" : "") +
            "; has the server (master rank or tpstore) exited or been killed?");
     }
@@ -302,12 +317,12 @@ void TCPStoreClient::report_pending_error() {
 }
 
 const Reply& TCPStoreClient::call(uint32_t id, std::chrono::milliseconds timeout,
-                                  const std::string& what) {
+                                  const What& what) {
   Deadline deadline = Deadline::after(timeout);
   send_request(deadline, what);
   if (read_reply(id, 0, deadline, what) == 0) {
     remember_abandoned(id);
-    throw TimeoutError("TCPStore at " + addr_ + ": no reply to " + what + " within " +
+    throw TimeoutError("TCPStore at " + addr_ + ": no reply to " + what.str() + " within " +
                        std::to_string(timeout.count()) +
                        " ms; the server is overloaded or stopped (raise the store timeout if it "
                        "is just slow)");
@@ -315,9 +330,8 @@ const Reply& TCPStoreClient::call(uint32_t id, std::chrono::milliseconds timeout
   return reply_;
 }
 
-const Reply& TCPStoreClient::call_blocking(uint32_t id, const std::vector<std::string>& keys,
-                                           std::chrono::milliseconds timeout,
-                                           const std::string& what) {
+const Reply& TCPStoreClient::call_blocking(uint32_t id, std::chrono::milliseconds timeout,
+                                           const What& what) {
   Deadline deadline = Deadline::after(timeout);
   send_request(deadline, what);
   if (read_reply(id, 0, deadline, what) != 0) return reply_;
@@ -329,7 +343,7 @@ const Reply& TCPStoreClient::call_blocking(uint32_t id, const std::vector<std::s
   w.u32(id);
   w.end();
   Deadline grace = Deadline::after(kCancelGrace);
-  send_request(grace, "cancelling " + what);
+  send_request(grace, What{"cancel", what.key, what.keys});
   uint32_t got = read_reply(id, cid, grace, what);
   if (got == id) {
     remember_abandoned(cid);  // the keys appeared just in time
@@ -342,21 +356,22 @@ const Reply& TCPStoreClient::call_blocking(uint32_t id, const std::vector<std::s
     remember_abandoned(id);
     remember_abandoned(cid);
   }
-  if (missing.empty()) missing = keys;
-  throw TimeoutError(store_util::missing_keys_message("TCPStore " + what + " at " + addr_, missing,
-                                                      keys.size(), timeout));
+  size_t total = what.keys ? what.keys->size() : 1;
+  if (missing.empty()) missing = what.keys ? *what.keys : std::vector<std::string>{*what.key};
+  throw TimeoutError(store_util::missing_keys_message(
+      std::string("TCPStore ") + what.op + " at " + addr_, missing, total, timeout));
 }
 
-void TCPStoreClient::expect(const Reply& r, Op op, const std::string& what) {
+void TCPStoreClient::expect(const Reply& r, Op op, const What& what) {
   if (r.op == static_cast<uint8_t>(Op::kError)) {
     std::string msg(r.message);
     if (r.code == ErrorCode::kBadFrame || r.code == ErrorCode::kShuttingDown)
-      fail("TCPStore at " + addr_ + ": " + what + " failed: " + msg);
+      fail("TCPStore at " + addr_ + ": " + what.str() + " failed: " + msg);
     throw StoreError(msg + " [TCPStore at " + addr_ + "]");
   }
   if (r.op != static_cast<uint8_t>(op)) {
     fail("TCPStore at " + addr_ + ": unexpected reply '" +
-         store_wire::op_name(static_cast<Op>(r.op)) + "' to " + what);
+         store_wire::op_name(static_cast<Op>(r.op)) + "' to " + what.str());
   }
   report_pending_error();
 }
@@ -375,7 +390,7 @@ void TCPStoreClient::set(const std::string& key, const Bytes& value,
   w.str(key);
   w.str(value.data(), value.size());
   w.end();
-  send_request(Deadline::after(timeout), "set(" + quoted(key) + ")");
+  send_request(Deadline::after(timeout), What{"set", &key});
 }
 
 Bytes TCPStoreClient::get(const std::string& key, std::chrono::milliseconds timeout) {
@@ -388,8 +403,9 @@ Bytes TCPStoreClient::get(const std::string& key, std::chrono::milliseconds time
   w.begin(Op::kGet, id);
   w.str(key);
   w.end();
-  const Reply& r = call_blocking(id, {key}, timeout, "get(" + quoted(key) + ")");
-  expect(r, Op::kValue, "get");
+  const What what{"get", &key};
+  const Reply& r = call_blocking(id, timeout, what);
+  expect(r, Op::kValue, what);
   return Bytes(r.value.begin(), r.value.end());
 }
 
@@ -405,8 +421,9 @@ int64_t TCPStoreClient::add(const std::string& key, int64_t delta,
   w.str(key);
   w.i64(delta);
   w.end();
-  const Reply& r = call(id, timeout, "add(" + quoted(key) + ")");
-  expect(r, Op::kInt, "add");
+  const What what{"add", &key};
+  const Reply& r = call(id, timeout, what);
+  expect(r, Op::kInt, what);
   return r.integer;
 }
 
@@ -425,8 +442,9 @@ Bytes TCPStoreClient::compare_set(const std::string& key, const Bytes& expected,
   w.str(desired.data(), desired.size());
   w.end();
   check_frame("compare_set");
-  const Reply& r = call(id, timeout, "compare_set(" + quoted(key) + ")");
-  expect(r, Op::kValue, "compare_set");
+  const What what{"compare_set", &key};
+  const Reply& r = call(id, timeout, what);
+  expect(r, Op::kValue, what);
   return Bytes(r.value.begin(), r.value.end());
 }
 
@@ -440,8 +458,9 @@ bool TCPStoreClient::delete_key(const std::string& key, std::chrono::millisecond
   w.begin(Op::kDelete, id);
   w.str(key);
   w.end();
-  const Reply& r = call(id, timeout, "delete_key(" + quoted(key) + ")");
-  expect(r, Op::kInt, "delete_key");
+  const What what{"delete_key", &key};
+  const Reply& r = call(id, timeout, what);
+  expect(r, Op::kInt, what);
   return r.integer != 0;
 }
 
@@ -460,8 +479,9 @@ bool TCPStoreClient::check(const std::vector<std::string>& keys,
   }
   w.end();
   check_frame("check");
-  const Reply& r = call(id, timeout, "check(" + keys_text(keys) + ")");
-  expect(r, Op::kInt, "check");
+  const What what{"check", nullptr, &keys};
+  const Reply& r = call(id, timeout, what);
+  expect(r, Op::kInt, what);
   return r.integer != 0;
 }
 
@@ -479,8 +499,9 @@ void TCPStoreClient::wait(const std::vector<std::string>& keys, std::chrono::mil
   }
   w.end();
   check_frame("wait");
-  const Reply& r = call_blocking(id, keys, timeout, "wait");
-  expect(r, Op::kOk, "wait");
+  const What what{"wait", nullptr, &keys};
+  const Reply& r = call_blocking(id, timeout, what);
+  expect(r, Op::kOk, what);
 }
 
 int64_t TCPStoreClient::num_keys(std::chrono::milliseconds timeout) {
@@ -491,8 +512,9 @@ int64_t TCPStoreClient::num_keys(std::chrono::milliseconds timeout) {
   Writer w(&wbuf_);
   w.begin(Op::kNumKeys, id);
   w.end();
-  const Reply& r = call(id, timeout, "num_keys()");
-  expect(r, Op::kInt, "num_keys");
+  const What what{"num_keys()"};
+  const Reply& r = call(id, timeout, what);
+  expect(r, Op::kInt, what);
   return r.integer;
 }
 
@@ -508,7 +530,7 @@ void TCPStoreClient::append(const std::string& key, const Bytes& value,
   w.str(key);
   w.str(value.data(), value.size());
   w.end();
-  send_request(Deadline::after(timeout), "append(" + quoted(key) + ")");
+  send_request(Deadline::after(timeout), What{"append", &key});
 }
 
 std::vector<Bytes> TCPStoreClient::multi_get(const std::vector<std::string>& keys,
@@ -526,8 +548,9 @@ std::vector<Bytes> TCPStoreClient::multi_get(const std::vector<std::string>& key
   }
   w.end();
   check_frame("multi_get");
-  const Reply& r = call_blocking(id, keys, timeout, "multi_get");
-  expect(r, Op::kValues, "multi_get");
+  const What what{"multi_get", nullptr, &keys};
+  const Reply& r = call_blocking(id, timeout, what);
+  expect(r, Op::kValues, what);
   if (r.values.size() != keys.size()) {
     fail("TCPStore at " + addr_ + ": multi_get of " + std::to_string(keys.size()) +
          " keys answered with " + std::to_string(r.values.size()) + " values");
@@ -556,7 +579,7 @@ void TCPStoreClient::multi_set(const std::vector<std::string>& keys,
   }
   w.end();
   check_frame("multi_set");
-  send_request(Deadline::after(timeout), "multi_set(" + keys_text(keys) + ")");
+  send_request(Deadline::after(timeout), What{"multi_set", nullptr, &keys});
 }
 
 }  // namespace tpcomm

@@ -48,6 +48,14 @@ class TCPStoreClient {
                  std::chrono::milliseconds timeout);
 
  private:
+  // Names a call in messages ("get('k')"); built into text only when a message needs it.
+  struct What {
+    const char* op;
+    const std::string* key = nullptr;
+    const std::vector<std::string>* keys = nullptr;
+    std::string str() const;
+  };
+
   uint32_t new_id();
   void handshake(const std::string& job_id, bool master_self, Deadline deadline,
                  std::chrono::milliseconds timeout);
@@ -57,20 +65,18 @@ class TCPStoreClient {
   void throw_if_broken() const;
   [[noreturn]] void fail(const std::string& msg);
   // Sends wbuf_ (throws StoreError when the connection is lost).
-  void send_request(Deadline deadline, const std::string& what);
+  void send_request(Deadline deadline, const What& what);
   // Reads until the reply to `id` (or `alt_id`, when not 0) arrives: returns the matching id,
   // or 0 at the deadline. reply_ then holds the reply (views valid until the next read).
-  uint32_t read_reply(uint32_t id, uint32_t alt_id, Deadline deadline, const std::string& what);
+  uint32_t read_reply(uint32_t id, uint32_t alt_id, Deadline deadline, const What& what);
   // Sends the request in wbuf_ and returns its reply; timeouts throw TimeoutError.
-  const store_wire::Reply& call(uint32_t id, std::chrono::milliseconds timeout,
-                                const std::string& what);
+  const store_wire::Reply& call(uint32_t id, std::chrono::milliseconds timeout, const What& what);
   // Same for GET/WAIT/MULTI_GET: on timeout, cancels the parked request on the server and
   // throws TimeoutError naming the keys still missing.
-  const store_wire::Reply& call_blocking(uint32_t id, const std::vector<std::string>& keys,
-                                         std::chrono::milliseconds timeout,
-                                         const std::string& what);
+  const store_wire::Reply& call_blocking(uint32_t id, std::chrono::milliseconds timeout,
+                                         const What& what);
   // Throws StoreError for an ERROR reply; checks the reply's op otherwise.
-  void expect(const store_wire::Reply& r, store_wire::Op op, const std::string& what);
+  void expect(const store_wire::Reply& r, store_wire::Op op, const What& what);
   void remember_abandoned(uint32_t id);
   // Waits for bytes: a short busy-poll, then poll(). Returns >0 bytes read, 0 on EOF, -1 at
   // the deadline.
@@ -93,8 +99,9 @@ class TCPStoreClient {
   std::string pending_error_;        // a failed set/append/multi_set (no reply was awaited)
   std::vector<uint32_t> abandoned_;  // ids of requests given up on (late replies dropped)
   std::chrono::microseconds spin_{0};
-  int spin_skip_ = 0;    // calls left before the next busy-poll attempt
-  int spin_misses_ = 0;  // consecutive busy-polls that found nothing
+  int64_t rcvtimeo_us_ = 0;  // SO_RCVTIMEO now set on the socket (0 = none)
+  int spin_skip_ = 0;        // calls left before the next busy-poll attempt
+  int spin_misses_ = 0;      // consecutive busy-polls that found nothing
 };
 
 }  // namespace tpcomm
