@@ -97,6 +97,21 @@ class TCPStoreClient;
 /// reached by every other through one persistent connection each. The server is event
 /// driven (one thread, epoll); blocking gets and waits are parked on the server and
 /// answered when their keys appear.
+///
+/// Semantics beyond Store's:
+/// - set(), append() and multi_set() return once the request is written to the socket; they
+///   do not wait for the server (as PyTorch's set). The server applies the requests of one
+///   client in order, so every later call of this client, and everything others see of it,
+///   comes after the write. Sizes are checked before sending against the server's limits
+///   (TPCOMM_STORE_MAX_KEY, TPCOMM_STORE_MAX_VALUE, learnt at connection); a request the
+///   server still refuses (append growing a value over the limit) is reported as a
+///   StoreError by the next call of this client that waits for a reply.
+/// - A client of another job (TCPStoreOptions::job_id, else TPCOMM_JOB_ID, else "default")
+///   or another program is refused; StoreError says why.
+/// - Every call has a deadline (the timeout, or wait()'s own): TimeoutError names the keys
+///   still missing or the call that got no reply; a server that is gone gives a StoreError
+///   naming host:port, and every later call fails the same way.
+/// - One request is in flight per TCPStore: calls from several threads are serialised.
 class TCPStore : public Store {
  public:
   /// Connects to host:port; when is_master, first starts the server there (port 0 picks a

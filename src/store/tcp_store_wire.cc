@@ -166,6 +166,7 @@ bool is_request_op(uint8_t op) { return op >= 1 && op <= 13; }
 bool is_reply_op(uint8_t op) { return op >= 64 && op <= 70; }
 
 HeaderStatus decode_header(const uint8_t* p, size_t n, const Limits& limits, Header* h) {
+  if (n == 0) return HeaderStatus::kNeedMore;
   if (n < 4) {
     // A prefix that already differs from the magic is foreign: say so without waiting.
     uint32_t m = to_le(kMagic);
