@@ -1,0 +1,369 @@
+// shm transport: connection management (sockets, handshake, ring segments), progress and
+// the blocking-wait protocol.
+#include "transports/shm/device.h"
+
+#include <sys/epoll.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <csignal>
+#include <cstddef>
+#include <cstring>
+
+#include "core/log.h"
+#include "tpcomm/error.hpp"
+#include "transports/shm/cma.h"
+#include "transports/shm/segment.h"
+
+namespace tpcomm::transport::shm {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// How often a spinning progress() looks at the sockets (doorbells, handshakes, dead peers).
+constexpr uint32_t kSocketPassEvery = 256;
+
+uint64_t random_u64() {
+  uint64_t v = 0;
+  if (::getrandom(&v, sizeof v, 0) != sizeof v) {
+    v = static_cast<uint64_t>(Clock::now().time_since_epoch().count()) ^
+        (static_cast<uint64_t>(::getpid()) << 32);
+  }
+  return v;
+}
+
+sockaddr_un abstract_addr(const std::string& name, socklen_t* len) {
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  a.sun_path[0] = '\0';
+  std::memcpy(a.sun_path + 1, name.data(), name.size());
+  *len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+  return a;
+}
+
+bool peer_cred(int sock, ucred* cred) {
+  socklen_t len = sizeof *cred;
+  return ::getsockopt(sock, SOL_SOCKET, SO_PEERCRED, cred, &len) == 0;
+}
+
+std::atomic<uint64_t> g_instances{0};
+
+}  // namespace
+
+ShmTransport::ShmTransport(const TransportContext& ctx, const Settings& settings)
+    : ctx_(ctx), cfg_(settings), regions_(std::make_shared<RegionTable>()) {
+  if (ctx_.rank < 0 || ctx_.world_size <= 0 || ctx_.rank >= ctx_.world_size) {
+    throw InvalidArgument("shm: bad rank " + std::to_string(ctx_.rank) + " of world size " +
+                          std::to_string(ctx_.world_size));
+  }
+  // Fail early, with both sizes, when not even one ring fits.
+  FsSpace sp = fs_space(cfg_.dir);
+  size_t one = ring_segment_bytes(cfg_.ring_bytes);
+  if (sp.total > 0 && one > sp.free) {
+    throw TransportError(
+        "shm: a ring of rank " + std::to_string(ctx_.rank) + " needs " + format_bytes(one) +
+        " of shared memory (TPCOMM_SHM_RING_SIZE=" + format_bytes(cfg_.ring_bytes) + "), but " +
+        cfg_.dir + " has only " + format_bytes(sp.free) + " free (of " + format_bytes(sp.total) +
+        "); enlarge it (docker run --shm-size=..., or mount -o remount,size=... " + cfg_.dir +
+        ") or lower TPCOMM_SHM_RING_SIZE");
+  }
+  instance_ = random_u64();
+  probe_word_ = random_u64() | 1;
+  socket_name_ = "tpcomm-shm/" + std::to_string(::getpid()) + "/" +
+                 std::to_string(g_instances.fetch_add(1)) + "/" +
+                 std::to_string(instance_ % 1000000);
+  listener_ = net::Fd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!listener_.valid()) {
+    throw TransportError(std::string("shm: cannot create a unix socket: ") + std::strerror(errno));
+  }
+  socklen_t len;
+  sockaddr_un a = abstract_addr(socket_name_, &len);
+  if (::bind(listener_.get(), reinterpret_cast<sockaddr*>(&a), len) != 0 ||
+      ::listen(listener_.get(), SOMAXCONN) != 0) {
+    throw TransportError("shm: cannot listen on abstract unix socket @" + socket_name_ + ": " +
+                         std::strerror(errno));
+  }
+  epoll_ = net::Fd(::epoll_create1(EPOLL_CLOEXEC));
+  if (!epoll_.valid()) {
+    throw TransportError(std::string("shm: epoll_create1: ") + std::strerror(errno));
+  }
+  watch(listener_.get(), kTagListener);
+  if (cfg_.cma) allow_cross_memory_access();
+  TPLOG(INFO, SHM) << "shm: rank " << ctx_.rank << " listening on @" << socket_name_ << " (ring "
+                   << format_bytes(cfg_.ring_bytes) << ", max message " << cfg_.max_message
+                   << " bytes, cross-memory puts " << (cfg_.cma ? "on" : "off") << ")";
+}
+
+ShmTransport::~ShmTransport() {
+  // Say goodbye on every socket so that peers tell a clean shutdown from a crash.
+  Control bye;
+  bye.type = ControlType::Bye;
+  bye.src_rank = ctx_.rank;
+  std::vector<uint8_t> msg;
+  for (auto& [peer, ep] : eps_) {
+    bye.dst_rank = peer;
+    msg = encode_control(bye);
+    if (ep->out_sock_.valid()) (void)send_message(ep->out_sock_.get(), msg);
+    if (ep->in_sock_.valid()) (void)send_message(ep->in_sock_.get(), msg);
+  }
+}
+
+Capabilities ShmTransport::capabilities() const {
+  Capabilities c;
+  c.reach = Reach::Host;
+  c.native_put = cfg_.cma;
+  c.native_get = false;
+  c.max_message = cfg_.max_message;
+  c.max_put = SIZE_MAX;
+  c.recv_slots = 0;
+  c.rndv_threshold = cfg_.max_message;
+  c.latency_us = 0.2;
+  c.bandwidth_gbps = 80.0;
+  c.cuda_memory = false;
+  return c;
+}
+
+std::vector<uint8_t> ShmTransport::address() const {
+  PeerInfo me;
+  me.pid = static_cast<uint32_t>(::getpid());
+  me.uid = static_cast<uint32_t>(::getuid());
+  me.instance = instance_;
+  me.probe_addr = reinterpret_cast<uint64_t>(&probe_word_);
+  me.probe_cookie = probe_word_;
+  me.socket_name = socket_name_;
+  return encode_address(me);
+}
+
+std::unique_ptr<MemoryRegion> ShmTransport::register_memory(void* addr, size_t length,
+                                                            Device device) {
+  if (device.type != DeviceType::CPU) {
+    throw NotSupportedError("shm: cannot register memory of device " + device.str() +
+                            " (host memory only; GPU buffers go through CUDA IPC or staging)");
+  }
+  if (addr == nullptr && length > 0) {
+    throw InvalidArgument("shm: register_memory of " + std::to_string(length) +
+                          " bytes at a null address");
+  }
+  return std::make_unique<ShmMemoryRegion>(addr, length, device, instance_, regions_);
+}
+
+void ShmTransport::watch(int fd, uint64_t tag, bool retag) {
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLRDHUP;
+  ev.data.u64 = tag;
+  if (::epoll_ctl(epoll_.get(), retag ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, fd, &ev) != 0) {
+    TPLOG(WARN, SHM) << "shm: epoll_ctl: " << std::strerror(errno);
+  }
+}
+
+ShmEndpoint& ShmTransport::make_endpoint(int peer) {
+  auto& slot = eps_[peer];
+  if (!slot) slot = std::make_unique<ShmEndpoint>(*this, peer);
+  return *slot;
+}
+
+Endpoint& ShmTransport::connect(int peer, std::span<const uint8_t> peer_address,
+                                std::chrono::steady_clock::time_point deadline) {
+  if (peer < 0 || peer >= ctx_.world_size) {
+    throw InvalidArgument("shm: connect to rank " + std::to_string(peer) + ", outside world size " +
+                          std::to_string(ctx_.world_size));
+  }
+  auto it = eps_.find(peer);
+  if (it != eps_.end()) return *it->second;
+  PeerInfo info = decode_address(peer_address, "rank " + std::to_string(peer));
+  auto ep = std::make_unique<ShmEndpoint>(*this, peer);
+  ep->info_ = info;
+  ep->have_info_ = true;
+  start_out(*ep, deadline);  // throws before anything is kept
+  ShmEndpoint& ref = *ep;
+  eps_[peer] = std::move(ep);
+  try_connect(ref);
+  return ref;
+}
+
+void ShmTransport::start_out(ShmEndpoint& ep, std::chrono::steady_clock::time_point deadline) {
+  ep.out_seg_ = Segment::create(
+      ring_segment_bytes(cfg_.ring_bytes), cfg_.dir,
+      "the ring from rank " + std::to_string(ctx_.rank) + " to rank " + std::to_string(ep.peer_));
+  ep.out_.init(ep.out_seg_.base(), cfg_.ring_bytes, random_u64(), ctx_.rank, ep.peer_);
+  ep.out_state_ = ShmEndpoint::OutState::Connecting;
+  ep.deadline_ = deadline;
+  ep.next_try_ = Clock::now();
+  ++handshaking_;
+}
+
+void ShmTransport::try_connect(ShmEndpoint& ep) {
+  if (ep.failed_ || ep.out_state_ != ShmEndpoint::OutState::Connecting) return;
+  net::Fd sock(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!sock.valid()) {
+    fail(ep, std::string("shm: cannot create a unix socket: ") + std::strerror(errno));
+    return;
+  }
+  socklen_t len;
+  sockaddr_un a = abstract_addr(ep.info_.socket_name, &len);
+  if (::connect(sock.get(), reinterpret_cast<sockaddr*>(&a), len) != 0) {
+    int err = errno;
+    if (err == EAGAIN || err == EINTR) {  // listen backlog full: try again shortly
+      ep.next_try_ = Clock::now() + std::chrono::milliseconds(1);
+      return;
+    }
+    fail(ep, "shm: cannot reach " + ep.who() + " at unix socket @" + ep.info_.socket_name + ": " +
+                 std::strerror(err) +
+                 " (the process exited, or it runs in another network namespace; "
+                 "TPCOMM_SHM_DISABLE=1 uses the network transports instead)");
+    return;
+  }
+  ucred cred{};
+  if (peer_cred(sock.get(), &cred)) ep.pid_ = cred.pid;
+  if (ep.pid_ == 0) ep.pid_ = static_cast<pid_t>(ep.info_.pid);
+  Control hello;
+  hello.type = ControlType::Hello;
+  hello.src_rank = ctx_.rank;
+  hello.dst_rank = ep.peer_;
+  hello.world_size = ctx_.world_size;
+  hello.segment_bytes = ep.out_seg_.size();
+  hello.ring_bytes = cfg_.ring_bytes;
+  hello.from.pid = static_cast<uint32_t>(::getpid());
+  hello.from.uid = static_cast<uint32_t>(::getuid());
+  hello.from.instance = instance_;
+  hello.from.probe_addr = reinterpret_cast<uint64_t>(&probe_word_);
+  hello.from.probe_cookie = probe_word_;
+  hello.from.socket_name = socket_name_;
+  hello.job_id = ctx_.job_id;
+  int err = send_message(sock.get(), encode_control(hello), ep.out_seg_.fd());
+  if (err != 0) {
+    fail(ep, "shm: cannot send the handshake to " + ep.who() + ": " + std::strerror(err));
+    return;
+  }
+  ep.out_seg_.close_fd();  // the peer's copy travels in the socket
+  ep.out_sock_ = std::move(sock);
+  ep.out_state_ = ShmEndpoint::OutState::HelloSent;
+  watch(ep.out_sock_.get(), kTagOut | static_cast<uint32_t>(ep.peer_));
+
+  // Can we write straight into the peer's memory?
+  if (!cfg_.cma) {
+    TPLOG(INFO, SHM) << "shm: rank " << ctx_.rank << " -> " << ep.who()
+                     << ": puts copy through the ring (TPCOMM_SHM_CMA=0)";
+    return;
+  }
+  std::string why = probe_cross_memory(ep.pid_, ep.info_.probe_addr, ep.info_.probe_cookie);
+  ep.cma_ = why.empty();
+  if (ep.cma_) {
+    TPLOG(INFO, SHM) << "shm: rank " << ctx_.rank << " -> " << ep.who()
+                     << ": puts by single-copy cross-memory write (process_vm_writev)";
+  } else {
+    TPLOG(WARN, SHM) << "shm: rank " << ctx_.rank << " -> " << ep.who()
+                     << ": cross-memory writes refused: " << why
+                     << "; puts fall back to copying through the shared ring (two copies)";
+  }
+}
+
+void ShmTransport::fail(ShmEndpoint& ep, const std::string& reason) {
+  if (ep.failed_) return;
+  ep.failed_ = true;
+  TPLOG(WARN, SHM) << "shm: rank " << ctx_.rank << ": connection to " << ep.who()
+                   << " failed: " << reason;
+  for (const PutOp& op : ep.puts_)
+    events_.push_back({Event::Kind::PutDone, ep.peer_, op.cookie, false, {}});
+  puts_pending_ -= ep.puts_.size();
+  ep.puts_.clear();
+  events_.push_back({Event::Kind::PeerError, ep.peer_, 0, false, reason});
+  ep.out_sock_.reset();  // the peer sees end of stream and reports us in turn
+  ep.in_sock_.reset();
+  ep.in_attached_ = false;
+}
+
+void ShmTransport::peer_closed(ShmEndpoint& ep, EventSink& sink, const std::string& how) {
+  if (ep.failed_) return;
+  // Deliver what the peer wrote before it went away.
+  for (int i = 0; i < 1024 && ep.in_attached_ && ep.in_.has_data() && !ep.failed_; ++i) {
+    ep.poll_in(sink);
+  }
+  std::string reason;
+  if (ep.bye_) {
+    reason = "shm: " + ep.who() + " closed its connection (its transport was shut down)";
+  } else {
+    bool alive = ep.pid_ > 0 && (::kill(ep.pid_, 0) == 0 || errno == EPERM);
+    reason =
+        "shm: " + ep.who() + " closed its connection without a goodbye (" + how + "): " +
+        (alive ? "the process failed or reset the connection" : "the process exited or was killed");
+  }
+  fail(ep, reason);
+}
+
+int ShmTransport::deliver(EventSink& sink) {
+  int n = 0;
+  size_t count = events_.size();  // events queued by the callbacks wait for the next call
+  for (size_t i = 0; i < count && !events_.empty(); ++i) {
+    Event e = std::move(events_.front());
+    events_.pop_front();
+    ++n;
+    if (e.kind == Event::Kind::PutDone) {
+      sink.on_put_done(e.cookie, e.ok);
+    } else {
+      sink.on_peer_error(e.peer, e.reason);
+    }
+  }
+  return n;
+}
+
+int ShmTransport::progress(EventSink& sink) {
+  int n = 0;
+  bool sockets = false;
+  if (armed_) {
+    armed_ = false;
+    sockets = true;
+    for (ShmEndpoint* ep : readers_) ep->in_.set_sleeping(false);
+  }
+  if (!events_.empty()) n += deliver(sink);
+  if (puts_pending_ > 0) {
+    for (auto& [peer, ep] : eps_)
+      if (!ep->puts_.empty()) ep->advance_puts();
+  }
+  bool compact = false;
+  for (size_t i = 0; i < readers_.size(); ++i) {
+    ShmEndpoint* ep = readers_[i];
+    if (ep->in_attached_) {
+      n += ep->poll_in(sink);
+    } else {
+      compact = true;
+    }
+  }
+  if (sockets || handshaking_ > 0 || ++calls_ % kSocketPassEvery == 0) n += socket_pass(sink);
+  if (compact) {
+    readers_.erase(std::remove_if(readers_.begin(), readers_.end(),
+                                  [](ShmEndpoint* ep) { return !ep->in_attached_; }),
+                   readers_.end());
+  }
+  if (!events_.empty()) n += deliver(sink);
+  return n;
+}
+
+bool ShmTransport::arm() {
+  if (!events_.empty()) return false;
+  armed_ = true;
+  if (puts_pending_ > 0) {
+    for (auto& [peer, ep] : eps_) {
+      if (ep->puts_.empty() || ep->failed_) continue;
+      const PutOp& op = ep->puts_.front();
+      if (ep->cma_ && op.remaining > 0) return false;  // a copy step is ready to run
+      size_t need = op.remaining > 0
+                        ? std::min(op.remaining + sizeof(PutDataRecord), ep->out_.max_payload())
+                        : sizeof(PutNotifyRecord);
+      if (ep->out_.space_or_arm(need)) return false;
+    }
+  }
+  for (ShmEndpoint* ep : readers_)
+    if (ep->in_attached_) ep->in_.set_sleeping(true);
+  for (ShmEndpoint* ep : readers_)
+    if (ep->in_attached_ && ep->in_.has_data()) return false;
+  return true;
+}
+
+}  // namespace tpcomm::transport::shm

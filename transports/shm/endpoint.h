@@ -1,0 +1,87 @@
+// One shm connection: the ring we write (in a segment we created and passed to the peer), the
+// ring we read (the peer's segment), and two unix sockets, one per direction, that carry the
+// handshake and the doorbells and tell us at once when the peer's process dies.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <string>
+
+#include "net/socket.h"
+#include "tpcomm/transport/endpoint.hpp"
+#include "transports/shm/ring.h"
+#include "transports/shm/segment.h"
+#include "transports/shm/wire.h"
+
+namespace tpcomm::transport::shm {
+
+class ShmTransport;
+
+/// A put on its way: copied in bounded steps (CMA or ring chunks), then notified.
+struct PutOp {
+  uint64_t cookie = 0;
+  const uint8_t* src = nullptr;
+  size_t remaining = 0;
+  size_t length = 0;
+  uint64_t dst_addr = 0;    ///< CMA: the peer's address
+  uint64_t region = 0;      ///< ring copy: the peer's region id
+  uint64_t dst_offset = 0;  ///< ring copy: offset in that region
+  uint32_t imm = 0;
+  bool notified = false;
+};
+
+class ShmEndpoint final : public Endpoint {
+ public:
+  ShmEndpoint(ShmTransport& transport, int peer) : t_(transport), peer_(peer) {}
+  ~ShmEndpoint() override;
+
+  int peer() const override { return peer_; }
+  bool ready() const override;
+  PostStatus send(std::span<const iovec> iov) override;
+  PostStatus put(const MemoryRegion& src, size_t src_offset, const RemoteKey& dst,
+                 size_t dst_offset, size_t length, uint32_t imm, uint64_t cookie) override;
+
+ private:
+  friend class ShmTransport;
+
+  enum class OutState { None, Connecting, HelloSent, Accepted };
+
+  /// Advances queued puts by at most one step's budget; false when blocked on ring space.
+  void advance_puts();
+  /// Reads published records and reports them; returns the number of events.
+  int poll_in(EventSink& sink);
+  /// Rings the peer's doorbell (it is sleeping or asked for space).
+  void ring_peer(int sock);
+  /// "rank 3 (pid 1234)".
+  std::string who() const;
+
+  ShmTransport& t_;
+  int peer_;
+
+  // Our direction (we write, the peer reads).
+  OutState out_state_ = OutState::None;
+  net::Fd out_sock_;
+  Segment out_seg_;
+  RingProducer out_;
+  PeerInfo info_;  ///< the peer's listening socket, probe word and instance
+  bool have_info_ = false;
+  pid_t pid_ = 0;     ///< the peer's pid as seen here (SO_PEERCRED)
+  bool cma_ = false;  ///< puts by process_vm_writev toward this peer
+  std::chrono::steady_clock::time_point deadline_{};
+  std::chrono::steady_clock::time_point next_try_{};
+
+  // The peer's direction (it writes, we read).
+  net::Fd in_sock_;
+  Segment in_seg_;
+  RingConsumer in_;
+  bool in_attached_ = false;
+
+  std::deque<PutOp> puts_;
+  bool failed_ = false;
+  bool bye_ = false;  ///< the peer announced a clean shutdown
+};
+
+}  // namespace tpcomm::transport::shm

@@ -1,0 +1,67 @@
+// Registration of the shm transport: its TPCOMM_SHM_* variables and its factory.
+#include <span>
+
+#include "core/config.h"
+#include "tpcomm/error.hpp"
+#include "tpcomm/transport/transport.hpp"
+#include "transports/shm/device.h"
+
+namespace tpcomm::transport {
+
+namespace {
+
+using config::Param;
+using T = config::Type;
+
+// clang-format off
+constexpr Param kShmParams[] = {
+  {"TPCOMM_SHM_CMA", T::Bool, "1", "",
+   "shm: put by a single cross-memory copy (process_vm_writev) into the peer's buffer. 0 copies "
+   "through the shared ring instead (two copies); that is also the automatic fall-back, logged "
+   "with the reason, where ptrace rules forbid cross-memory access.", "shm"},
+  {"TPCOMM_SHM_DIR", T::String, "/dev/shm", "",
+   "shm: tmpfs directory whose space holds the rings (unnamed O_TMPFILE files: nothing is left "
+   "there, even after kill -9).", "shm"},
+  {"TPCOMM_SHM_PUT_CHUNK", T::Size, "4M", "",
+   "shm: bytes a put copies per step (the post, then each progress call) before other work "
+   "runs; larger is marginally faster, smaller is fairer to other peers.", "shm"},
+  {"TPCOMM_SHM_RING_SIZE", T::Size, "256K", "",
+   "shm: bytes of each message ring (one per sender and receiver on a host); at least 64K, a "
+   "multiple of 4K. The largest message is a quarter of it, capped at 16K.", "shm"},
+};
+// clang-format on
+
+}  // namespace
+
+namespace shm {
+
+Settings Settings::from_config() {
+  Settings s;
+  s.ring_bytes = config::get_size("TPCOMM_SHM_RING_SIZE");
+  if (s.ring_bytes < 64 * 1024 || s.ring_bytes % 4096 != 0) {
+    throw ConfigError("TPCOMM_SHM_RING_SIZE=" + config::get_string("TPCOMM_SHM_RING_SIZE") +
+                      " is unusable: the ring must be at least 64K and a multiple of 4K "
+                      "(e.g. 256K)");
+  }
+  s.max_message = std::min<size_t>(16 * 1024, ring_max_payload(s.ring_bytes));
+  s.cma = config::get_bool("TPCOMM_SHM_CMA");
+  s.put_chunk = config::get_size("TPCOMM_SHM_PUT_CHUNK");
+  if (s.put_chunk < 4096) {
+    throw ConfigError("TPCOMM_SHM_PUT_CHUNK=" + config::get_string("TPCOMM_SHM_PUT_CHUNK") +
+                      " is too small: use at least 4K (e.g. 4M)");
+  }
+  s.dir = config::get_string("TPCOMM_SHM_DIR");
+  if (s.dir.empty()) s.dir = "/dev/shm";
+  return s;
+}
+
+}  // namespace shm
+
+void register_shm_transport() {
+  config::register_params(kShmParams);
+  register_transport("shm", [](const TransportContext& ctx) -> std::unique_ptr<Transport> {
+    return std::make_unique<shm::ShmTransport>(ctx, shm::Settings::from_config());
+  });
+}
+
+}  // namespace tpcomm::transport

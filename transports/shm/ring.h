@@ -1,0 +1,162 @@
+// The single-producer single-consumer message ring of one direction (sender -> receiver),
+// living in a segment created by the sender and mapped by both. Records are variable-length,
+// start on a cache line and never wrap (a pad record fills the end of the ring). Each record
+// header carries a stamp derived from its absolute position, written last with release
+// semantics, so the receiver polls the very line that holds an 8-byte message: one cache-line
+// transfer per small message. The receiver publishes its read position (head) on its own line;
+// the sender reads it only when the ring looks full.
+//
+// Wake-ups: the receiver sets `consumer_sleeping` before blocking; a sender that sees it after
+// publishing a record rings the receiver's doorbell. A sender that finds the ring full sets
+// `producer_waiting`; the receiver that frees space then rings the sender's doorbell. Both are
+// Dekker-style flag/data handshakes with a full fence on each side.
+#pragma once
+
+#include <sys/uio.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+
+namespace tpcomm::transport::shm {
+
+inline constexpr size_t kLine = 64;
+/// The ring's data starts one page into the segment; the page before holds the header.
+inline constexpr size_t kRingHeaderBytes = 4096;
+inline constexpr uint64_t kSegmentMagic = 0x3130474e52485054ull;  // "TPHRNG01"
+inline constexpr uint32_t kSegmentVersion = 1;
+
+/// Record types.
+enum class RecordType : uint16_t {
+  Pad = 1,        ///< filler up to the end of the ring
+  Message = 2,    ///< an eager message (payload = the bytes)
+  PutNotify = 3,  ///< a put's data is in place; payload = PutNotify
+  PutData = 4,    ///< a chunk of a put copied through the ring; payload = PutData + bytes
+};
+
+/// Record header, at the start of a cache line.
+struct RecordHeader {
+  std::atomic<uint64_t> stamp;  ///< (position + 1) ^ salt, stored last (release)
+  uint16_t type;
+  uint16_t flags;
+  uint32_t length;  ///< payload bytes after the header
+};
+inline constexpr size_t kRecordHeaderBytes = sizeof(RecordHeader);
+static_assert(kRecordHeaderBytes == 16);
+
+/// Payload of PutNotify.
+struct PutNotifyRecord {
+  uint32_t imm;
+  uint32_t reserved;
+  uint64_t length;  ///< bytes the put wrote (for logs)
+};
+
+/// Payload prefix of PutData (the bytes follow). The last chunk carries kPutDataLast and the
+/// notification value.
+struct PutDataRecord {
+  uint64_t region;  ///< region id of the receiver's key
+  uint64_t offset;  ///< from the region's start
+  uint32_t imm;
+  uint32_t flags;
+};
+inline constexpr uint32_t kPutDataLast = 1;
+
+/// The header page of a ring segment. Lines are separated so that the receiver's writes
+/// (head, sleeping) never share a line with the sender's.
+struct alignas(kLine) RingControl {
+  // Line 0: written once by the sender before the segment is passed on.
+  uint64_t magic;
+  uint32_t version;
+  uint32_t header_bytes;
+  uint64_t ring_bytes;
+  uint64_t salt;
+  int32_t src_rank;
+  int32_t dst_rank;
+  alignas(kLine) std::atomic<uint64_t> head;               // receiver: lines consumed
+  alignas(kLine) std::atomic<uint32_t> consumer_sleeping;  // receiver sets, sender clears
+  alignas(kLine) std::atomic<uint32_t> producer_waiting;   // sender sets, receiver clears
+};
+static_assert(sizeof(RingControl) <= kRingHeaderBytes);
+
+/// Segment bytes needed for a ring of `ring_bytes` data bytes.
+inline size_t ring_segment_bytes(size_t ring_bytes) { return kRingHeaderBytes + ring_bytes; }
+
+/// Largest payload a ring of `ring_bytes` accepts in one record (a quarter of it, so that
+/// several records are in flight).
+inline size_t ring_max_payload(size_t ring_bytes) { return ring_bytes / 4 - kRecordHeaderBytes; }
+
+/// The sending side of a ring.
+class RingProducer {
+ public:
+  RingProducer() = default;
+  /// Initialises the header of a fresh (zeroed) segment at `base`.
+  void init(uint8_t* base, size_t ring_bytes, uint64_t salt, int src_rank, int dst_rank);
+
+  /// Copies `iov` (total `length` bytes, at most max_payload(), `prefix` first when not
+  /// empty) into one record of `type` and publishes it. False when the ring has no room
+  /// (then producer_waiting is set, so the receiver wakes us when it frees space).
+  bool push(RecordType type, std::span<const uint8_t> prefix, std::span<const iovec> iov,
+            size_t length);
+  /// True when a record of `payload` bytes fits now.
+  bool fits(size_t payload);
+  /// True when the receiver announced it is going to sleep (and clears the flag): the caller
+  /// rings its doorbell. Includes the fence that pairs with the receiver's arm().
+  bool take_sleeper();
+  /// Arms the "wake me when space frees" flag and reports whether space is free already.
+  bool space_or_arm(size_t payload);
+  size_t max_payload() const { return max_payload_; }
+  RingControl* control() const { return ctl_; }
+
+ private:
+  RingControl* ctl_ = nullptr;
+  uint8_t* data_ = nullptr;
+  uint64_t lines_ = 0;
+  uint64_t tail_ = 0;         // lines published
+  uint64_t cached_head_ = 0;  // receiver's head as last read
+  uint64_t salt_ = 0;
+  size_t max_payload_ = 0;
+};
+
+/// A record as seen by the receiver (valid until pop()).
+struct RingRecord {
+  RecordType type;
+  uint16_t flags;
+  std::span<const uint8_t> payload;
+};
+
+/// The receiving side of a ring.
+class RingConsumer {
+ public:
+  RingConsumer() = default;
+  /// Checks the header written by the sender of a segment of `segment_bytes` at `base`.
+  /// Returns "" or what is wrong with it.
+  std::string attach(uint8_t* base, size_t segment_bytes, int src_rank, int dst_rank);
+
+  /// The next record, if one is published: 1 (in *out), 0 (none), -1 (malformed: *error says
+  /// why; the connection must be dropped).
+  int peek(RingRecord* out, std::string* error);
+  /// Releases the record returned by peek() back to the sender.
+  void pop();
+  /// Cheap check whether a record is published (for arm()).
+  bool has_data() const;
+  /// Publishes the read position and reports whether the sender asked to be woken (and
+  /// clears that request): the caller rings its doorbell.
+  bool publish_head();
+  /// Sets / clears the consumer_sleeping flag (arm() sets it, progress after a sleep clears).
+  void set_sleeping(bool on);
+  size_t max_payload() const { return max_payload_; }
+
+ private:
+  RingControl* ctl_ = nullptr;
+  uint8_t* data_ = nullptr;
+  uint64_t lines_ = 0;
+  uint64_t head_ = 0;           // lines consumed locally
+  uint64_t published_ = 0;      // head as published
+  uint64_t pending_lines_ = 0;  // lines of the record returned by peek()
+  uint64_t salt_ = 0;
+  size_t max_payload_ = 0;
+};
+
+}  // namespace tpcomm::transport::shm
