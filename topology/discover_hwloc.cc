@@ -387,9 +387,32 @@ std::string read_file(const std::string& path) {
   return data;
 }
 
+// hwloc's built-in XML reader (used when its libxml2 plugin is absent) rejects comments, which
+// real exports carry (licence headers): drop them. hwloc XML has no CDATA where "<!--" could
+// mean anything else.
+std::string strip_xml_comments(std::string_view xml) {
+  std::string out;
+  out.reserve(xml.size());
+  size_t pos = 0;
+  while (pos < xml.size()) {
+    size_t open = xml.find("<!--", pos);
+    if (open == std::string_view::npos) break;
+    size_t close = xml.find("-->", open + 4);
+    if (close == std::string_view::npos) break;  // unterminated: leave it for hwloc to refuse
+    out.append(xml.substr(pos, open - pos));
+    pos = close + 3;
+    // The built-in reader also trips over the blank line a removed comment leaves.
+    while (pos < xml.size() &&
+           (xml[pos] == ' ' || xml[pos] == '\t' || xml[pos] == '\n' || xml[pos] == '\r'))
+      ++pos;
+  }
+  out.append(xml.substr(pos));
+  return out;
+}
+
 // Loads an XML document into `h`, with a clear error naming `what`.
 void load_xml_into(Hwloc& h, std::string_view xml, std::string_view what) {
-  std::string buf(xml);  // hwloc wants the terminating NUL counted
+  std::string buf = strip_xml_comments(xml);  // hwloc wants the terminating NUL counted
   if (hwloc_topology_set_xmlbuffer(h.get(), buf.c_str(), static_cast<int>(buf.size() + 1)) != 0 ||
       hwloc_topology_load(h.get()) != 0)
     throw InvalidArgument(std::string(what) +

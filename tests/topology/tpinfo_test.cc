@@ -108,6 +108,19 @@ TEST(Tpinfo, EveryStoredMachineAndFixtureReports) {
   }
 }
 
+// Without its libxml2 plugin hwloc parses XML itself and refuses comments (licence headers of
+// real exports); tpcomm strips them first.
+TEST(Tpinfo, FilesWithCommentsLoadWithoutHwlocsLibxmlPlugin) {
+  std::vector<std::string> files = {testing::fixture("two-socket-gpu-ib-roce.xml")};
+  if (!testing::shared_dir().empty())
+    files.push_back(testing::shared_dir() + "/aws-p5.48xlarge-8xH100-32efa-pcieswitch.xml");
+  for (const std::string& f : files) {
+    Result r = tpinfo("--topo " + f, "HWLOC_PLUGINS_PATH=/nonexistent");
+    EXPECT_EQ(r.status, 0) << f << "\n" << r.out;
+    EXPECT_TRUE(has(r.out, "GPU x NIC")) << r.out;
+  }
+}
+
 TEST(Tpinfo, ErrorsAndTheLinksStub) {
   Result links = tpinfo("--links");
   EXPECT_EQ(links.status, 2);
