@@ -42,10 +42,19 @@ constexpr FlagSpec kFlags[] = {
   throw InvalidArgument("tprun: " + what + "; " + std::string(kHint));
 }
 
+// The flag named exactly, else the only one `name` abbreviates (as argparse allows:
+// --nproc for --nproc-per-node). nullptr if none or ambiguous.
 const FlagSpec* find_flag(std::string_view name) {
-  for (const FlagSpec& f : kFlags)
+  const FlagSpec* prefix_of = nullptr;
+  int matches = 0;
+  for (const FlagSpec& f : kFlags) {
     if (f.name == name) return &f;
-  return nullptr;
+    if (name.size() > 2 && f.name.substr(0, name.size()) == name) {
+      prefix_of = &f;
+      ++matches;
+    }
+  }
+  return matches == 1 ? prefix_of : nullptr;
 }
 
 // "--nproc_per_node" -> "--nproc-per-node" (underscores after the leading dashes).
@@ -56,14 +65,23 @@ std::string normalize(std::string_view flag) {
   return out;
 }
 
+// A suggestion for a mistyped flag: the nearest by edit distance, else the one sharing the
+// longest start (--nprocs -> --nproc-per-node); "" when nothing is close.
 std::string nearest_flag(std::string_view name) {
   std::string best;
   size_t best_d = SIZE_MAX;
+  std::string longest;
+  size_t longest_common = 0;
   for (const FlagSpec& f : kFlags) {
     size_t d = config::edit_distance(name, f.name);
     if (d < best_d) best_d = d, best = std::string(f.name);
+    size_t common = 0;
+    while (common < name.size() && common < f.name.size() && name[common] == f.name[common])
+      ++common;
+    if (common > longest_common) longest_common = common, longest = std::string(f.name);
   }
-  return best_d <= std::max<size_t>(3, name.size() / 3) ? best : std::string();
+  if (best_d <= std::max<size_t>(3, name.size() / 3)) return best;
+  return longest_common >= 6 ? longest : std::string();  // "--" and 4 more characters
 }
 
 int parse_int_flag(std::string_view flag, const std::string& value, int64_t lo, int64_t hi,
@@ -214,7 +232,14 @@ Options parse_args(int argc, const char* const* argv) {
     size_t eq = arg.find('=');
     std::string name = normalize(arg.substr(0, eq));
     const FlagSpec* f = find_flag(name);
+    if (f) name = std::string(f->name);
     if (!f) {
+      std::string candidates;
+      for (const FlagSpec& c : kFlags)
+        if (c.name.substr(0, name.size()) == name)
+          candidates += (candidates.empty() ? "" : ", ") + std::string(c.name);
+      if (!candidates.empty())
+        bad("ambiguous option '" + std::string(arg.substr(0, eq)) + "' (" + candidates + ")");
       std::string near = nearest_flag(name);
       bad("unknown option '" + std::string(arg.substr(0, eq)) + "'" +
           (near.empty() ? "" : " (did you mean " + near + "?)"));

@@ -5,6 +5,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstddef>
 #include <memory>
 #include <string>
@@ -154,6 +155,15 @@ class StoreHost {
   std::unique_ptr<TCPStore> store_;
   int port_ = 0;
 };
+
+/// Reaps exited children that are not workers: processes a worker started and left behind,
+/// which tprun adopts as a child subreaper. Stops at the first child in `keep` (a worker
+/// zombie kept on purpose), or when only live children remain and `until` has passed.
+void reap_adopted(const std::vector<pid_t>& keep, std::chrono::milliseconds wait_for);
+
+/// launch(), optionally also reaping adopted orphans (only the tprun program itself does:
+/// in another process, other children may not be tprun's to reap).
+int run_job(const Options& options, bool adopt_orphans);
 
 /// A random job id (16 hex digits).
 std::string random_job_id();

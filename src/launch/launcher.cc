@@ -6,7 +6,9 @@
 #include <poll.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -148,6 +150,7 @@ struct Job {
   int master_port = 0;
   std::vector<LogFiles> logs;  // per local rank; empty without --log-dir
   SignalGuard* signals = nullptr;
+  bool adopt_orphans = false;  // tprun is a child subreaper: reap what workers leave behind
 };
 
 bool has(Streams set, Streams which) {
@@ -208,6 +211,8 @@ class Attempt {
     if (stopping_)
       for (auto& w : workers_) w->signal_group(SIGKILL);
     for (auto& w : workers_) w->reap();
+    if (job_.adopt_orphans)
+      detail::reap_adopted({}, std::chrono::milliseconds(stopping_ ? 500 : 0));
     return result_;
   }
 
@@ -332,6 +337,11 @@ class Attempt {
   void loop() {
     while (true) {
       check_exits();
+      if (job_.adopt_orphans) {
+        std::vector<pid_t> keep;
+        for (auto& w : workers_) keep.push_back(w->pid());
+        detail::reap_adopted(keep, std::chrono::milliseconds(0));
+      }
       if (running() == 0) return;
       if (stopping_ && !killed_ && kill_at_.expired()) {
         TPLOG(INFO, LAUNCH) << "tprun: " << running() << " workers still running after "
@@ -465,9 +475,12 @@ std::string failure_line(const Options& o, const Failure& f) {
 
 }  // namespace
 
-int launch(const Options& options) {
+int launch(const Options& options) { return detail::run_job(options, false); }
+
+int detail::run_job(const Options& options, bool adopt_orphans) {
   check_options(options);
   Job job{options};
+  job.adopt_orphans = adopt_orphans;
   job.path = detail::find_program(options.program, config::get_string("PATH"));
   job.job_id = choose_job_id(options);
   job.logs = open_logs(options);
@@ -531,7 +544,22 @@ int main(int argc, const char* const* argv) {
       print(o.out_fd, usage(prog));
       return 0;
     }
-    return launch(o);
+    // Processes a worker leaves behind are reparented to tprun, which reaps them, rather
+    // than to an init that might not. Only when this process has no children yet: called
+    // in-process (tests), other children are not tprun's to reap.
+    siginfo_t info{};
+    bool childless = ::waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) != 0 && errno == ECHILD;
+    int was_subreaper = 0;
+    ::prctl(PR_GET_CHILD_SUBREAPER, &was_subreaper);
+    bool adopt = childless && ::prctl(PR_SET_CHILD_SUBREAPER, 1) == 0;
+    struct Restore {
+      bool on;
+      int was;
+      ~Restore() {
+        if (on) ::prctl(PR_SET_CHILD_SUBREAPER, was);
+      }
+    } restore{adopt, was_subreaper};
+    return detail::run_job(o, adopt);
   } catch (const InvalidArgument& e) {
     print(2, std::string(e.what()) + "\n");
     return 2;

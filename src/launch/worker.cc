@@ -227,4 +227,25 @@ void Worker::reap() {
   reaped_ = true;
 }
 
+void reap_adopted(const std::vector<pid_t>& keep, std::chrono::milliseconds wait_for) {
+  auto until = std::chrono::steady_clock::now() + wait_for;
+  while (true) {
+    siginfo_t info{};
+    if (::waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) != 0) {
+      if (errno == EINTR) continue;
+      return;  // ECHILD: no children at all
+    }
+    if (info.si_pid == 0) {  // only live children
+      if (std::chrono::steady_clock::now() >= until) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      continue;
+    }
+    for (pid_t k : keep)
+      if (k == info.si_pid) return;
+    int st = 0;
+    ::waitpid(info.si_pid, &st, WNOHANG);
+    TPLOG(INFO, LAUNCH) << "tprun: reaped pid " << info.si_pid << ", left behind by a worker";
+  }
+}
+
 }  // namespace tpcomm::launch::detail

@@ -121,6 +121,15 @@ TEST(LaunchArgs, UnderscoreSpellingsAndAliases) {
   EXPECT_EQ(parse({"--rdzv_backend=c10d", "p"}).program, "p");
 }
 
+TEST(LaunchArgs, UnambiguousAbbreviations) {
+  Options o = parse({"--nproc", "2", "--max-r=1", "--node_r", "0", "p"});
+  EXPECT_EQ(o.nproc_per_node, 2);
+  EXPECT_EQ(o.max_restarts, 1);
+  EXPECT_ERROR(({"--n", "2", "p"}),
+               "ambiguous option '--n' (--nproc-per-node, --nnodes, --node-rank, --no-prefix)");
+  EXPECT_ERROR(({"--r=x", "p"}), "ambiguous option '--r' (--redirects, --rdzv-endpoint");
+}
+
 TEST(LaunchArgs, DoubleDashEndsOptions) {
   Options o = parse({"--nproc-per-node", "2", "--", "--weird-program", "-x"});
   EXPECT_EQ(o.program, "--weird-program");

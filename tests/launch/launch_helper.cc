@@ -100,6 +100,32 @@ void TprunProcess::signal(int sig) {
   if (!done_) kill(pid_, sig);
 }
 
+void TprunProcess::pump(int timeout_ms) {
+  pollfd fds[2] = {{out_, POLLIN, 0}, {err_, POLLIN, 0}};
+  poll(fds, 2, timeout_ms);
+  for (int i = 0; i < 2; ++i) {
+    int& fd = i == 0 ? out_ : err_;
+    if (fd < 0 || !fds[i].revents) continue;
+    char buf[65536];
+    ssize_t n = read(fd, buf, sizeof(buf));
+    if (n > 0) {
+      (i == 0 ? out_text_ : err_text_).append(buf, static_cast<size_t>(n));
+    } else if (n == 0 || errno != EINTR) {
+      close(fd);
+      fd = -1;
+    }
+  }
+}
+
+bool TprunProcess::wait_for_stderr(const std::string& part, std::chrono::milliseconds timeout) {
+  auto until = std::chrono::steady_clock::now() + timeout;
+  while (err_text_.find(part) == std::string::npos) {
+    if (std::chrono::steady_clock::now() >= until || (out_ < 0 && err_ < 0)) return false;
+    pump(20);
+  }
+  return true;
+}
+
 RunResult TprunProcess::wait(std::chrono::milliseconds timeout) {
   RunResult r;
   auto until = std::chrono::steady_clock::now() + timeout;
@@ -135,22 +161,15 @@ RunResult TprunProcess::wait(std::chrono::milliseconds timeout) {
     }
     if (exited && out_ < 0 && err_ < 0) break;
     if (exited && std::chrono::steady_clock::now() >= until) break;
-    pollfd fds[2] = {{out_, POLLIN, 0}, {err_, POLLIN, 0}};
-    poll(fds, 2, 20);
-    for (int i = 0; i < 2; ++i) {
-      int& fd = i == 0 ? out_ : err_;
-      if (fd < 0 || !fds[i].revents) continue;
-      char buf[65536];
-      ssize_t n = read(fd, buf, sizeof(buf));
-      if (n > 0) {
-        (i == 0 ? r.out : r.err).append(buf, static_cast<size_t>(n));
-      } else if (n == 0 || errno != EINTR) {
-        close(fd);
-        fd = -1;
-      }
+    if (out_ < 0 && err_ < 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    } else {
+      pump(20);
     }
   }
   done_ = true;
+  r.out = std::move(out_text_);
+  r.err = std::move(err_text_);
   if (!exited) return r;
   r.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return r;

@@ -54,6 +54,8 @@ class TprunProcess {
 
   pid_t pid() const { return pid_; }
   void signal(int sig);
+  /// Reads tprun's output until its stderr contains `part` (true) or the timeout passes.
+  bool wait_for_stderr(const std::string& part, std::chrono::milliseconds timeout);
   /// Collects output until tprun exits. Past the timeout, tprun gets SIGTERM (so it stops
   /// its workers), then SIGKILL; timed_out is set.
   RunResult wait(std::chrono::milliseconds timeout = std::chrono::seconds(60));
@@ -63,6 +65,9 @@ class TprunProcess {
   int out_ = -1;
   int err_ = -1;
   bool done_ = false;
+  std::string out_text_;  // read so far
+  std::string err_text_;
+  void pump(int timeout_ms);
   std::chrono::steady_clock::time_point start_;
 };
 

@@ -96,6 +96,21 @@ TEST(Tprun, WorkersIgnoringSigtermGetSigkillAfterTheGrace) {
   EXPECT_LT(r.seconds, 1 + kSlack) << describe(r);
 }
 
+TEST(Tprun, WhatAWorkerLeavesBehindIsStoppedAndReaped) {
+  lt::TempDir d;
+  // Rank 0 starts a background child in its group, then fails once it is recorded.
+  std::string script = "if [ \"$RANK\" = 0 ]; then sleep 1000 >/dev/null 2>&1 & echo $! > " +
+                       d.file("child") + "; exit 3; fi; exec sleep 1000";
+  RunResult r = lt::run_tprun(job(2, script));
+  EXPECT_EQ(r.status, 3) << describe(r);
+  std::string text = lt::read_file(d.file("child"));
+  ASSERT_FALSE(text.empty()) << describe(r);
+  pid_t child = std::stoi(text);
+  // Already gone when tprun returns: tprun adopted it (child subreaper), stopped it with its
+  // worker's group and reaped it, instead of leaving a zombie to whatever init there is.
+  EXPECT_TRUE(kill(child, 0) != 0 && errno == ESRCH) << "pid " << child << " is still there";
+}
+
 TEST(Tprun, SigtermIsForwardedToWorkers) {
   lt::TempDir d;
   std::string script = "trap 'echo $RANK > " + d.path() + "/term_$RANK; exit 0' TERM; touch " +
@@ -129,6 +144,8 @@ TEST(Tprun, SecondSignalKillsWithoutWaitingForTheGrace) {
                      {"TPCOMM_LAUNCH_GRACE=300s"});
   ASSERT_TRUE(lt::wait_for_files({d.file("ready_0"), d.file("ready_1")}, std::chrono::seconds(30)));
   p.signal(SIGTERM);
+  // Two signals sent back to back may merge into one; send the second once tprun has acted.
+  EXPECT_TRUE(p.wait_for_stderr("tprun: received SIGTERM;", std::chrono::seconds(60)));
   p.signal(SIGTERM);
   RunResult r = p.wait(std::chrono::seconds(120));
   EXPECT_FALSE(r.timed_out) << describe(r);
@@ -245,9 +262,17 @@ TEST(Tprun, RedirectsSendStreamsOnlyToFiles) {
 
 TEST(Tprun, MaxRestartsRestartsAllWorkersUntilTheySucceed) {
   lt::TempDir d;
+  // Each attempt: every rank counts itself; rank 1 fails (once rank 0 has counted itself)
+  // until the third attempt.
+  std::string count0 = d.file("count_0");
   std::string script = "echo x >> " + d.path() +
                        "/count_$RANK; if [ \"$TPCOMM_RESTART_COUNT\" -lt 2 ]; then "
-                       "[ \"$RANK\" = 1 ] && exit 4; exec sleep 1000; fi; exit 0";
+                       "[ \"$RANK\" = 0 ] && exec sleep 1000; i=0; "
+                       "while [ $(wc -l < " +
+                       count0 +
+                       ") -le $TPCOMM_RESTART_COUNT ]; do "
+                       "sleep 0.05; i=$((i+1)); [ $i -gt 1200 ] && exit 99; done; exit 4; fi; "
+                       "exit 0";
   RunResult r = lt::run_tprun(job(2, script, {"--max-restarts", "2"}));
   EXPECT_EQ(r.status, 0) << describe(r);
   EXPECT_EQ(lt::read_file(d.file("count_0")), "x\nx\nx\n");
@@ -292,13 +317,12 @@ TEST(Tprun, Help) {
 // launch() called in-process, output into files: status, prefixes, and no child left over.
 TEST(Tprun, InProcessLaunch) {
   lt::TempDir d;
-  const char* argv[] = {"tprun",
-                        "--standalone",
-                        "--nproc-per-node",
-                        "2",
-                        "sh",
-                        "-c",
-                        "echo hi; [ \"$RANK\" = 0 ] || exit 3"};
+  // Rank 1 fails once rank 0 has printed and finished.
+  std::string script = "echo hi; if [ \"$RANK\" = 0 ]; then touch " + d.file("done0") +
+                       "; exit 0; fi; i=0; while [ ! -e " + d.file("done0") +
+                       " ]; do sleep 0.05; i=$((i+1)); [ $i -gt 1200 ] && exit 99; done; exit 3";
+  const char* argv[] = {"tprun", "--standalone", "--nproc-per-node", "2",
+                        "sh",    "-c",           script.c_str()};
   Options o = parse_args(7, argv);
   detail::UniqueFd out(::open(d.file("out").c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644));
   detail::UniqueFd err(::open(d.file("err").c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644));
