@@ -262,15 +262,15 @@ TEST(Tprun, RedirectsSendStreamsOnlyToFiles) {
 
 TEST(Tprun, MaxRestartsRestartsAllWorkersUntilTheySucceed) {
   lt::TempDir d;
-  // Each attempt: every rank counts itself; rank 1 fails (once rank 0 has counted itself)
-  // until the third attempt.
+  // Each attempt: every rank counts itself; rank 1 fails (once rank 0 has counted itself,
+  // a missing file counting as 0) until the third attempt.
   std::string count0 = d.file("count_0");
   std::string script = "echo x >> " + d.path() +
                        "/count_$RANK; if [ \"$TPCOMM_RESTART_COUNT\" -lt 2 ]; then "
                        "[ \"$RANK\" = 0 ] && exec sleep 1000; i=0; "
-                       "while [ $(wc -l < " +
+                       "while [ $(cat " +
                        count0 +
-                       ") -le $TPCOMM_RESTART_COUNT ]; do "
+                       " 2>/dev/null | wc -l) -le $TPCOMM_RESTART_COUNT ]; do "
                        "sleep 0.05; i=$((i+1)); [ $i -gt 1200 ] && exit 99; done; exit 4; fi; "
                        "exit 0";
   RunResult r = lt::run_tprun(job(2, script, {"--max-restarts", "2"}));
