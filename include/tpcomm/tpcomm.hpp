@@ -4,6 +4,7 @@
 
 #include "tpcomm/error.hpp"
 #include "tpcomm/launch.hpp"
+#include "tpcomm/process_group.hpp"
 #include "tpcomm/rendezvous.hpp"
 #include "tpcomm/store.hpp"
 #include "tpcomm/types.hpp"

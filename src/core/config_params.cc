@@ -82,6 +82,20 @@ constexpr Param kParams[] = {
    "'ucx,tcp'); '^name' excludes one. Empty: automatic (shm within a host; ibverbs, ucx, tcp "
    "between hosts).", "topo"},
 
+  // ---- point-to-point protocol and progress ----
+  {"TPCOMM_CONNECT", T::Enum, "lazy", "lazy|eager",
+   "When connections are made: lazy on first use of a peer, or eager (all peers of the world "
+   "at init_process_group, failing early when one is unreachable).", "p2p"},
+  {"TPCOMM_RNDV_THRESHOLD", T::Size, "", "",
+   "Messages larger than this use the rendezvous protocol (handshake, then a zero-copy put "
+   "into the receive buffer); smaller ones are sent eagerly. Default: each transport's "
+   "suggestion (tpinfo shows it).", "p2p"},
+  {"TPCOMM_WAIT_SPIN_US", T::Int, "100", "0..10000000",
+   "Adaptive wait: microseconds a waiting thread busy-polls before it starts yielding.", "p2p"},
+  {"TPCOMM_WAIT_YIELD_US", T::Int, "2000", "0..10000000",
+   "Adaptive wait: microseconds a waiting thread polls with sched_yield() after spinning, "
+   "before it sleeps until the progress thread wakes it.", "p2p"},
+
   // ---- collectives ----
   {"TPCOMM_REDUCE_ISA", T::Enum, "auto", "auto|avx512|avx2|scalar",
    "Instruction set of the host reduction kernels: auto picks the widest the CPU supports; a "

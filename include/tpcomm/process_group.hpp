@@ -1,0 +1,186 @@
+// Process groups and point-to-point communication: the torch.distributed (c10d) surface in
+// C++ (API.md). Peers are global ranks in the free functions and group ranks in the
+// ProcessGroup methods, as in torch.
+#pragma once
+
+#include <chrono>
+#include <exception>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tpcomm/store.hpp"
+#include "tpcomm/types.hpp"
+
+namespace tpcomm {
+
+/// Source of a receive that accepts a message from any rank.
+inline constexpr int kAnySource = -1;
+
+/// Names of backends, as torch's `Backend` constants. `auto` lets the topology pick the
+/// transport of each link; `gloo` is accepted for CPU tensors and means `auto`.
+struct Backend {
+  static constexpr const char* AUTO = "auto";
+  static constexpr const char* TCP = "tcp";
+  static constexpr const char* SHM = "shm";
+  static constexpr const char* UCX = "ucx";
+  static constexpr const char* IBVERBS = "ibverbs";
+  static constexpr const char* NCCL = "nccl";
+  static constexpr const char* GLOO = "gloo";
+};
+
+/// The handle of an operation. wait() rethrows the operation's error; is_success() and
+/// exception() inspect it without throwing.
+class Work {
+ public:
+  virtual ~Work() = default;
+  /// Blocks until done, or until `timeout` (default: the group's timeout) passes, which
+  /// throws TimeoutError saying what the operation waits for. Returns true.
+  virtual bool wait(std::optional<std::chrono::milliseconds> timeout = std::nullopt) = 0;
+  /// Non-blocking: done (successfully or not)? Also drives progress.
+  virtual bool is_completed() = 0;
+  /// Done without error.
+  virtual bool is_success() = 0;
+  /// The error of a failed operation, else null.
+  virtual std::exception_ptr exception() = 0;
+  /// For a receive: the sender's rank in the operation's group (-1 before completion).
+  virtual int source_rank() = 0;
+};
+
+/// Options of init_process_group (torch's keyword arguments).
+struct InitOptions {
+  std::string backend = Backend::AUTO;
+  /// env:// (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE), tcp://host:port, file:///path.
+  /// Ignored when `store` is given.
+  std::string init_method = "env://";
+  int rank = -1;
+  int world_size = -1;
+  /// Deadline of every blocking call of the group; <= 0: TPCOMM_TIMEOUT (default 300 s).
+  std::chrono::milliseconds timeout{0};
+  std::shared_ptr<Store> store;
+  std::string group_name;
+};
+
+class ProcessGroup;
+namespace detail {
+struct GroupState;
+}
+
+/// A set of ranks that communicate. Every operation is a method; the free functions below
+/// call them on the default (world) group unless given another. A ProcessGroup returned to
+/// a rank that is not a member (new_group called by everyone) has rank() == -1 and refuses
+/// operations.
+class ProcessGroup {
+ public:
+  /// Makes a world group over `store`; every rank of the world calls it. init_process_group
+  /// uses it; programs that manage groups themselves (or run several worlds in one process,
+  /// as in-process tests do) may call it directly.
+  static std::shared_ptr<ProcessGroup> create(std::shared_ptr<Store> store, int rank,
+                                              int world_size, const InitOptions& options = {});
+  explicit ProcessGroup(std::shared_ptr<detail::GroupState> state);
+  ~ProcessGroup();
+
+  /// This process's rank in the group (-1 if not a member) and the group's size.
+  int rank() const;
+  int size() const;
+  bool is_member() const { return rank() >= 0; }
+  const std::string& backend() const;
+  const std::string& name() const;
+  std::chrono::milliseconds timeout() const;
+  /// Global ranks of the members, in group-rank order.
+  const std::vector<int>& ranks() const;
+  /// Group rank of a global rank (InvalidArgument if not a member), and back.
+  int group_rank(int global_rank) const;
+  int global_rank(int group_rank) const;
+
+  /// A subgroup of this group's world. Only the members need to call it (torch's
+  /// use_local_synchronization); others may, and get a non-member handle. Members create
+  /// their groups in the same order; disjoint groups may be created in any order.
+  std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& global_ranks,
+                                          std::optional<std::chrono::milliseconds> timeout = {},
+                                          const std::string& backend = "");
+
+  /// Point-to-point, peers as group ranks. send/recv block (their Work is complete);
+  /// isend/irecv return at once. A receive with src kAnySource takes the first message
+  /// from any member; Work::source_rank() then says who sent it.
+  std::shared_ptr<Work> send(const Tensor& tensor, int dst, int tag = 0);
+  std::shared_ptr<Work> recv(const Tensor& tensor, int src = kAnySource, int tag = 0);
+  std::shared_ptr<Work> isend(const Tensor& tensor, int dst, int tag = 0);
+  std::shared_ptr<Work> irecv(const Tensor& tensor, int src = kAnySource, int tag = 0);
+
+  /// Fails pending operations with AbortedError and refuses later calls. The world group's
+  /// destroy also closes every connection.
+  void destroy();
+  bool is_destroyed() const;
+
+  /// Internal state, for the library's own collectives.
+  detail::GroupState& state() const { return *state_; }
+
+ private:
+  std::shared_ptr<detail::GroupState> state_;
+};
+
+/// Starts the default group (the world). Throws when already initialized.
+void init_process_group(const InitOptions& options = {});
+/// Destroys `group`, or the world and every group (null).
+void destroy_process_group(const std::shared_ptr<ProcessGroup>& group = nullptr);
+bool is_initialized();
+/// The default (world) group; InvalidArgument when not initialized.
+std::shared_ptr<ProcessGroup> default_group();
+
+bool is_available();
+bool is_nccl_available();
+bool is_gloo_available();
+bool is_mpi_available();
+bool is_ucx_available();
+bool is_ibverbs_available();
+
+/// Rank in `group` (-1 if not a member), size, backend name; group null = the world.
+int get_rank(const std::shared_ptr<ProcessGroup>& group = nullptr);
+int get_world_size(const std::shared_ptr<ProcessGroup>& group = nullptr);
+std::string get_backend(const std::shared_ptr<ProcessGroup>& group = nullptr);
+
+/// A subgroup of the world (ranks empty: all). See ProcessGroup::new_group.
+std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks = {},
+                                        std::optional<std::chrono::milliseconds> timeout = {},
+                                        const std::string& backend = "");
+int get_group_rank(const std::shared_ptr<ProcessGroup>& group, int global_rank);
+int get_global_rank(const std::shared_ptr<ProcessGroup>& group, int group_rank);
+std::vector<int> get_process_group_ranks(const std::shared_ptr<ProcessGroup>& group);
+
+/// Point-to-point with global ranks. send returns a completed Work; recv returns the
+/// sender's global rank.
+std::shared_ptr<Work> send(const Tensor& tensor, int dst,
+                           const std::shared_ptr<ProcessGroup>& group = nullptr, int tag = 0);
+int recv(const Tensor& tensor, int src = kAnySource,
+         const std::shared_ptr<ProcessGroup>& group = nullptr, int tag = 0);
+std::shared_ptr<Work> isend(const Tensor& tensor, int dst,
+                            const std::shared_ptr<ProcessGroup>& group = nullptr, int tag = 0);
+std::shared_ptr<Work> irecv(const Tensor& tensor, int src = kAnySource,
+                            const std::shared_ptr<ProcessGroup>& group = nullptr, int tag = 0);
+
+/// One operation of batch_isend_irecv: P2POp(isend, tensor, peer) as in torch (or the
+/// Kind enum). The peer is a global rank.
+struct P2POp {
+  enum class Kind { Send, Recv };
+  using Func = std::shared_ptr<Work> (*)(const Tensor&, int, const std::shared_ptr<ProcessGroup>&,
+                                         int);
+  P2POp(Kind kind, const Tensor& tensor, int peer, std::shared_ptr<ProcessGroup> group = nullptr,
+        int tag = 0)
+      : kind(kind), tensor(tensor), peer(peer), group(std::move(group)), tag(tag) {}
+  /// `op` is tpcomm::isend or tpcomm::irecv.
+  P2POp(Func op, const Tensor& tensor, int peer, std::shared_ptr<ProcessGroup> group = nullptr,
+        int tag = 0);
+  Kind kind;
+  Tensor tensor;
+  int peer;
+  std::shared_ptr<ProcessGroup> group;
+  int tag;
+};
+
+/// Posts every operation (all validated first: nothing is posted when one is invalid) and
+/// returns their Works in order.
+std::vector<std::shared_ptr<Work>> batch_isend_irecv(const std::vector<P2POp>& ops);
+
+}  // namespace tpcomm

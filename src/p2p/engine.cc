@@ -1,0 +1,425 @@
+// Engine setup, transports, link selection and the low-level send path. The protocol's
+// message handling is in engine_ops.cc, the adaptive wait and progress thread in progress.cc.
+#include "p2p/engine.h"
+
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <sstream>
+
+#include "core/config.h"
+#include "core/log.h"
+#include "p2p/engine_internal.h"
+#include "tpcomm/error.hpp"
+
+namespace tpcomm::p2p {
+
+std::string describe_bytes(DType t, uint64_t bytes) {
+  size_t es = dtype_size(t);
+  std::ostringstream os;
+  os << dtype_name(t) << "[" << (es ? bytes / es : 0) << "] (" << bytes << " bytes)";
+  return os.str();
+}
+
+std::string Op::describe() const {
+  std::ostringstream os;
+  if (kind == Kind::Send) {
+    os << "send to rank " << peer;
+  } else if (peer == kAnySource) {
+    os << "recv from any rank";
+  } else {
+    os << "recv from rank " << peer;
+  }
+  os << " (group '" << group_name << "', tag " << tag << ", " << tensor.str() << ")";
+  return os.str();
+}
+
+void SinkAdapter::on_message(int peer, std::span<const uint8_t> data) {
+  e_->handle_message(*s_, peer, data);
+}
+void SinkAdapter::on_put_arrived(int peer, uint32_t imm) { e_->handle_put_arrived(*s_, peer, imm); }
+void SinkAdapter::on_put_done(uint64_t cookie, bool ok) { e_->handle_put_done(*s_, cookie, ok); }
+void SinkAdapter::on_peer_error(int peer, const std::string& reason) {
+  e_->handle_peer_error(*s_, peer, reason);
+}
+
+Engine::Engine(const Options& options) : opt_(options) {}
+
+std::shared_ptr<Engine> Engine::create(const Options& options) {
+  std::shared_ptr<Engine> e(new Engine(options));
+  e->spin_us_ = config::get_int("TPCOMM_WAIT_SPIN_US");
+  e->yield_us_ = config::get_int("TPCOMM_WAIT_YIELD_US");
+  e->epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+  e->wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (e->epoll_fd_ < 0 || e->wake_fd_ < 0)
+    throw TransportError(std::string("p2p engine: cannot create epoll/eventfd: ") +
+                         std::strerror(errno));
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = e->wake_fd_;
+  epoll_ctl(e->epoll_fd_, EPOLL_CTL_ADD, e->wake_fd_, &ev);
+  options.store->set("link/host/" + std::to_string(options.rank), options.host_id);
+  e->prepare_backend(options.backend);
+  e->progress_thread_ = std::thread([raw = e.get()] { raw->progress_thread_main(); });
+  return e;
+}
+
+Engine::~Engine() { shutdown(); }
+
+// ---- transports ------------------------------------------------------------------------
+
+Slot* Engine::find_slot_locked(const std::string& name) {
+  for (auto& s : slots_)
+    if (s->name == name) return s.get();
+  return nullptr;
+}
+
+Slot* Engine::make_slot_locked(const std::string& name) {
+  if (Slot* s = find_slot_locked(name)) return s;
+  auto slot = std::make_unique<Slot>(this, slots_.size(), name);
+  std::vector<uint8_t> published;
+  try {
+    transport::TransportContext ctx;
+    ctx.rank = opt_.rank;
+    ctx.world_size = opt_.world_size;
+    ctx.job_id = opt_.job_id;
+    ctx.host_id = opt_.host_id;
+    ctx.store = std::make_shared<PrefixStore>("tr/" + name, opt_.store);
+    ctx.timeout = opt_.timeout;
+    slot->tr = transport::create_transport(name, ctx);
+    slot->caps = slot->tr->capabilities();
+    if (slot->caps.max_message < kMaxCtsSize)
+      throw TransportError("transport '" + name + "' has max_message " +
+                           std::to_string(slot->caps.max_message) + ", the protocol needs " +
+                           std::to_string(kMaxCtsSize));
+    uint64_t threshold = config::is_set("TPCOMM_RNDV_THRESHOLD")
+                             ? config::get_size("TPCOMM_RNDV_THRESHOLD")
+                             : slot->caps.rndv_threshold;
+    slot->eager_limit = std::min<uint64_t>(threshold, slot->caps.max_message - kHeaderSize);
+    published.push_back(1);
+    std::vector<uint8_t> addr = slot->tr->address();
+    published.insert(published.end(), addr.begin(), addr.end());
+    int fd = slot->tr->wait_fd();
+    if (fd >= 0) {
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.fd = fd;
+      if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) any_without_fd_ = true;
+    } else {
+      any_without_fd_ = true;
+    }
+    TPLOG(INFO, P2P) << "rank " << opt_.rank << ": transport " << name << " started (eager up to "
+                     << slot->eager_limit << " bytes, "
+                     << (slot->caps.native_put ? "native" : "emulated") << " put"
+                     << (slot->caps.recv_slots
+                             ? ", credits " + std::to_string(slot->caps.recv_slots)
+                             : std::string())
+                     << ")";
+  } catch (const std::exception& ex) {
+    slot->tr.reset();
+    slot->unavailable = ex.what();
+    published.assign(1, 0);
+    published.insert(published.end(), slot->unavailable.begin(), slot->unavailable.end());
+    TPLOG(INFO, P2P) << "rank " << opt_.rank << ": transport " << name
+                     << " unavailable: " << ex.what();
+  }
+  opt_.store->set("link/" + name + "/" + std::to_string(opt_.rank), published);
+  slots_.push_back(std::move(slot));
+  return slots_.back().get();
+}
+
+namespace {
+
+// TPCOMM_TRANSPORT: names in order of preference, "^name" excluded.
+void transport_filter(std::vector<std::string>* wanted, std::vector<std::string>* excluded) {
+  for (const std::string& item : config::get_list("TPCOMM_TRANSPORT")) {
+    if (!item.empty() && item[0] == '^')
+      excluded->push_back(item.substr(1));
+    else
+      wanted->push_back(item);
+  }
+}
+
+bool is_auto(const std::string& backend) {
+  return backend.empty() || backend == "auto" || backend == "gloo";
+}
+
+}  // namespace
+
+std::vector<std::string> Engine::candidates_locked(const std::string& backend) {
+  if (!is_auto(backend)) {
+    if (!transport::has_transport(backend))
+      throw InvalidArgument("backend '" + backend + "' is not built into this tpcomm (built: " +
+                            [] {
+                              std::string s;
+                              for (auto& n : transport::transport_names()) s += n + " ";
+                              return s;
+                            }() +
+                            "); use 'auto'");
+    return {backend};
+  }
+  std::vector<std::string> wanted, excluded;
+  transport_filter(&wanted, &excluded);
+  std::vector<std::string> out = wanted.empty() ? transport::transport_names() : wanted;
+  auto drop = [&](const std::string& n) {
+    return std::find(excluded.begin(), excluded.end(), n) != excluded.end() ||
+           !transport::has_transport(n);
+  };
+  out.erase(std::remove_if(out.begin(), out.end(), drop), out.end());
+  return out;
+}
+
+void Engine::prepare_backend(const std::string& backend) {
+  std::lock_guard<std::mutex> lk(mu_);
+  for (const std::string& n : candidates_locked(backend)) make_slot_locked(n);
+}
+
+std::vector<uint8_t> Engine::peer_address(const std::string& transport, int peer) {
+  std::string key = "link/" + transport + "/" + std::to_string(peer);
+  {
+    std::lock_guard<std::mutex> lk(cache_mu_);
+    auto it = addr_cache_.find(key);
+    if (it != addr_cache_.end()) return it->second;
+  }
+  std::vector<uint8_t> v = opt_.store->get(key);
+  std::lock_guard<std::mutex> lk(cache_mu_);
+  addr_cache_[key] = v;
+  return v;
+}
+
+std::string Engine::peer_host(int peer) {
+  {
+    std::lock_guard<std::mutex> lk(cache_mu_);
+    auto it = host_cache_.find(peer);
+    if (it != host_cache_.end()) return it->second;
+  }
+  std::string h = opt_.store->get_string("link/host/" + std::to_string(peer));
+  std::lock_guard<std::mutex> lk(cache_mu_);
+  host_cache_[peer] = h;
+  return h;
+}
+
+// Interim link selection (until the topology layer decides): the first candidate that both
+// ends run, that reaches the peer (host-only transports need the same host id), in the
+// order TPCOMM_TRANSPORT gives or, by default, host-local transports first, then by
+// advertised bandwidth. Symmetric: both ends see the same facts.
+std::string Engine::choose_locked(const std::string& backend, int peer) {
+  std::vector<Slot*> order;
+  std::vector<std::string> wanted, excluded;
+  if (is_auto(backend)) transport_filter(&wanted, &excluded);
+  for (const std::string& n : candidates_locked(backend)) order.push_back(make_slot_locked(n));
+  if (is_auto(backend) && wanted.empty()) {
+    std::stable_sort(order.begin(), order.end(), [](Slot* a, Slot* b) {
+      auto rank = [](Slot* s) {
+        return s->tr ? (s->caps.reach == transport::Reach::Host ? 0 : 1) : 2;
+      };
+      if (rank(a) != rank(b)) return rank(a) < rank(b);
+      return a->tr && b->tr && a->caps.bandwidth_gbps > b->caps.bandwidth_gbps;
+    });
+  }
+  bool shm_off = is_auto(backend) && config::get_bool("TPCOMM_SHM_DISABLE");
+  std::string tried;
+  std::string my_host = opt_.host_id;
+  for (Slot* s : order) {
+    auto note = [&](const std::string& why) { tried += "\n  " + s->name + ": " + why; };
+    if (!s->tr) {
+      note("not available on rank " + std::to_string(opt_.rank) + " (" + s->unavailable + ")");
+      continue;
+    }
+    if (s->caps.reach == transport::Reach::Host) {
+      if (shm_off) {
+        note("host-local transports disabled by TPCOMM_SHM_DISABLE");
+        continue;
+      }
+      std::string ph = peer_host(peer);
+      if (ph != my_host) {
+        note("reaches this host only; rank " + std::to_string(peer) + " runs on host '" + ph +
+             "', rank " + std::to_string(opt_.rank) + " on '" + my_host + "'");
+        continue;
+      }
+    }
+    std::vector<uint8_t> addr = peer_address(s->name, peer);
+    if (addr.empty() || addr[0] != 1) {
+      note("not available on rank " + std::to_string(peer) + " (" +
+           (addr.empty() ? std::string("no address") : std::string(addr.begin() + 1, addr.end())) +
+           ")");
+      continue;
+    }
+    return s->name;
+  }
+  throw TransportError("no transport connects rank " + std::to_string(opt_.rank) + " to rank " +
+                       std::to_string(peer) + " for backend '" + backend +
+                       "':" + (tried.empty() ? std::string(" none is built in") : tried));
+}
+
+Link* Engine::link_locked(Slot& s, int peer) {
+  auto it = links_.find(link_key(s.index, peer));
+  if (it != links_.end()) return it->second.get();
+  std::vector<uint8_t> addr = peer_address(s.name, peer);
+  if (addr.empty() || addr[0] != 1)
+    throw TransportError("rank " + std::to_string(peer) + " has no usable " + s.name + " address");
+  auto deadline = std::chrono::steady_clock::now() + opt_.timeout;
+  transport::Endpoint& ep =
+      s.tr->connect(peer, std::span<const uint8_t>(addr).subspan(1), deadline);
+  auto l = std::make_unique<Link>();
+  l->slot = &s;
+  l->peer = peer;
+  l->ep = &ep;
+  l->eager_limit = s.eager_limit;
+  l->slots = s.caps.recv_slots;
+  l->flow = l->slots > 0;
+  l->credits = l->slots;
+  Link* raw = l.get();
+  links_.emplace(link_key(s.index, peer), std::move(l));
+  return raw;
+}
+
+Link* Engine::link_for(std::unique_lock<std::mutex>& lk, const std::string& backend, int peer) {
+  std::string key = backend + "/" + std::to_string(peer);
+  auto it = chosen_.find(key);
+  if (it != chosen_.end()) return it->second;
+  std::string name = choose_locked(backend, peer);
+  Slot* s = find_slot_locked(name);
+  Link* l = link_locked(*s, peer);
+  chosen_[key] = l;
+  TPLOG(INFO, P2P) << "rank " << opt_.rank << " -> rank " << peer << ": " << name << " (host '"
+                   << opt_.host_id << "' / '" << peer_host(peer) << "', backend " << backend << ")";
+  return l;
+}
+
+std::string Engine::transport_for(const std::string& backend, int peer) {
+  std::unique_lock<std::mutex> lk(mu_);
+  return link_for(lk, backend, peer)->slot->name;
+}
+
+void Engine::connect_all(const std::string& backend, const std::vector<int>& peers,
+                         Deadline deadline) {
+  std::vector<Link*> links;
+  {
+    std::unique_lock<std::mutex> lk(mu_);
+    for (int p : peers)
+      if (p != opt_.rank) links.push_back(link_for(lk, backend, p));
+  }
+  for (;;) {
+    std::string missing;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      progress_locked();
+      for (Link* l : links) {
+        if (l->failed)
+          throw PeerError("connecting to rank " + std::to_string(l->peer) +
+                          " failed: " + dead_peers_[l->peer]);
+        if (!l->ep->ready()) missing += " " + std::to_string(l->peer);
+      }
+    }
+    if (missing.empty()) return;
+    if (deadline.expired())
+      throw TimeoutError("rank " + std::to_string(opt_.rank) +
+                         ": connections not established after " +
+                         std::to_string(opt_.timeout.count()) + " ms to ranks" + missing +
+                         " (TPCOMM_CONNECT=eager); are those ranks running?");
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
+// ---- the low-level send path ------------------------------------------------------------
+
+bool Engine::try_post_locked(Link& l, Pending& p) {
+  if (l.failed) {
+    if (p.op && !p.op->done)
+      fail_locked(p.op, std::make_exception_ptr(
+                            PeerError(p.op->describe() + " failed: " + dead_peers_[l.peer])));
+    return true;
+  }
+  bool credit_only =
+      !p.is_put && p.hdr.size() >= kHeaderSize && p.hdr[2] == static_cast<uint8_t>(MsgType::Credit);
+  uint32_t returned = 0, returned_data = 0;
+  if (l.flow) {
+    if (l.credits < (credit_only ? 1u : 2u)) return false;
+    if (!p.is_put) {
+      returned = l.owed;
+      returned_data = l.owed_data;
+      std::memcpy(p.hdr.data() + 4, &returned, 4);  // Header::credits
+      l.owed = 0;
+      l.owed_data = 0;
+    }
+  }
+  transport::PostStatus st;
+  if (p.is_put) {
+    st = l.ep->put(*p.op->mr, p.offset, p.key, p.offset, p.length, p.imm, p.op->id);
+  } else {
+    iovec iov[2] = {{p.hdr.data(), p.hdr.size()}, {const_cast<void*>(p.payload), p.payload_len}};
+    st = l.ep->send(std::span<const iovec>(iov, p.payload_len ? 2 : 1));
+  }
+  switch (st) {
+    case transport::PostStatus::Ok:
+      if (l.flow) --l.credits;
+      if (!p.is_put && p.op) complete_locked(p.op);  // eager send: buffered, done
+      return true;
+    case transport::PostStatus::NoResource:
+      if (l.flow) {
+        l.owed += returned;
+        l.owed_data += returned_data;
+      }
+      return false;
+    case transport::PostStatus::PeerFailed:
+      if (p.op && !p.op->done)
+        fail_locked(p.op, std::make_exception_ptr(
+                              PeerError(p.op->describe() + " failed: the connection to rank " +
+                                        std::to_string(l.peer) + " is broken")));
+      return true;
+  }
+  return true;
+}
+
+void Engine::flush_queue_locked(Link& l) {
+  while (!l.queue.empty()) {
+    if (!try_post_locked(l, l.queue.front())) return;
+    l.queue.pop_front();
+  }
+}
+
+void Engine::send_msg_locked(Link& l, std::vector<uint8_t> hdr, const void* payload, size_t len,
+                             std::shared_ptr<Op> op) {
+  Pending p;
+  p.hdr = std::move(hdr);
+  p.payload = payload;
+  p.payload_len = len;
+  p.op = std::move(op);
+  if (l.queue.empty() && try_post_locked(l, p)) return;
+  if (p.op) p.op->stage = Op::Stage::Queued;
+  l.queue.push_back(std::move(p));
+  backlog_.insert(&l);
+}
+
+void Engine::send_put_locked(Link& l, std::shared_ptr<Op> op, size_t offset, size_t length,
+                             const transport::RemoteKey& key, uint32_t imm) {
+  Pending p;
+  p.is_put = true;
+  p.op = std::move(op);
+  p.offset = offset;
+  p.length = length;
+  p.key = key;
+  p.imm = imm;
+  if (l.queue.empty() && try_post_locked(l, p)) return;
+  l.queue.push_back(std::move(p));
+  backlog_.insert(&l);
+}
+
+void Engine::return_credits_locked(Link& l) {
+  if (!l.flow || l.owed_data < std::max<uint32_t>(1, l.slots / 2) || l.credits < 1 || l.failed)
+    return;
+  Header h;
+  h.type = MsgType::Credit;
+  h.src = opt_.rank;
+  Pending p;
+  p.hdr.resize(kHeaderSize);
+  encode_header(h, p.hdr.data());
+  // Bypasses the queue: the peer may be waiting for exactly these credits.
+  (void)try_post_locked(l, p);
+}
+
+}  // namespace tpcomm::p2p

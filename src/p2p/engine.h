@@ -1,0 +1,227 @@
+// The point-to-point protocol engine: one per world (process group job), shared by every
+// group created on it. It owns the transports, one link per (transport, peer), the matcher,
+// and the progress machinery (adaptive wait + a background progress thread).
+//
+// Protocol (written once for every transport, docs/transport.md):
+//   eager       header + payload in one message when it fits under the rendezvous threshold
+//   rendezvous  RTS(send id) -> receiver matches, registers its buffer -> CTS(key, recv id)
+//               -> sender puts the data with notification imm = recv id -> both complete
+//   credits     when a transport pre-posts bounce buffers (recv_slots > 0)
+//   matching    by (group, source, tag, sequence); out-of-order arrival; any source
+#pragma once
+
+#include <sys/uio.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "core/deadline.h"
+#include "p2p/matcher.h"
+#include "p2p/op.h"
+#include "p2p/wire.h"
+#include "tpcomm/store.hpp"
+#include "tpcomm/transport/transport.hpp"
+
+namespace tpcomm::p2p {
+
+class Engine;
+
+/// One transport instance and what the engine knows about it.
+struct Slot;
+
+/// An operation waiting for a credit or for transport resources.
+struct Pending {
+  bool is_put = false;
+  std::vector<uint8_t> hdr;       ///< message: encoded header (+ trailer)
+  const void* payload = nullptr;  ///< message: eager payload (the user's buffer)
+  size_t payload_len = 0;
+  std::shared_ptr<Op> op;  ///< eager send completed once posted; put owner
+  // put
+  size_t offset = 0, length = 0;
+  transport::RemoteKey key;
+  uint32_t imm = 0;
+};
+
+/// A connection to one peer through one transport.
+struct Link {
+  Slot* slot = nullptr;
+  int peer = -1;
+  transport::Endpoint* ep = nullptr;
+  size_t eager_limit = 0;  ///< largest eager payload
+  bool flow = false;       ///< credit-based flow control on
+  uint32_t credits = 0;    ///< messages we may still send (flow)
+  uint32_t owed = 0;       ///< bounce buffers consumed, not yet returned to the peer (flow)
+  uint32_t owed_data = 0;  ///< of which by data (messages other than credit returns, puts)
+  uint32_t slots = 0;
+  std::deque<Pending> queue;
+  bool failed = false;
+};
+
+/// Group facts the engine uses to validate and to describe operations.
+struct GroupInfo {
+  uint64_t id = 0;
+  std::string name;
+  std::string backend;     ///< "auto", "tcp", "shm", ...
+  std::vector<int> ranks;  ///< global ranks, index = group rank
+};
+
+class Engine : public std::enable_shared_from_this<Engine> {
+ public:
+  struct Options {
+    int rank = 0;
+    int world_size = 1;
+    std::shared_ptr<Store> store;  ///< already prefixed for this world
+    std::string job_id;
+    std::string host_id;
+    std::chrono::milliseconds timeout{300000};
+    std::string backend = "auto";  ///< the world group's backend (transports made at start)
+  };
+
+  /// Starts the transports the backend may use and publishes their addresses and the host
+  /// id. Does not wait for peers.
+  static std::shared_ptr<Engine> create(const Options& options);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  int rank() const { return opt_.rank; }
+  int world_size() const { return opt_.world_size; }
+  const Options& options() const { return opt_; }
+
+  /// Makes sure the transports of `backend` exist here (new_group with another backend).
+  void prepare_backend(const std::string& backend);
+
+  /// Connects to every peer in `peers` (TPCOMM_CONNECT=eager) and waits until all links are
+  /// ready, or throws TimeoutError naming the peers still missing.
+  void connect_all(const std::string& backend, const std::vector<int>& peers, Deadline deadline);
+
+  /// Registers a group so that its operations are described by name; and forgets it.
+  void add_group(const GroupInfo& g);
+  /// Fails every pending operation of the group with AbortedError and drops its unexpected
+  /// messages; later messages for it are dropped.
+  void remove_group(uint64_t group);
+
+  /// Posts a send to global rank `dst` / a receive from `src` (or kAnySource). Arguments are
+  /// validated by the caller (ProcessGroup); these throw only for engine-level problems.
+  std::shared_ptr<Op> post_send(const GroupInfo& g, int dst, int tag, const Tensor& t);
+  std::shared_ptr<Op> post_recv(const GroupInfo& g, int src, int tag, const Tensor& t);
+
+  /// Adaptive wait (spin, yield, block) until `op` is done or the deadline passes; rethrows
+  /// the op's error; TimeoutError says what the op was waiting for.
+  void wait(Op& op, Deadline deadline);
+  /// Progresses once if no other thread is, and reports whether `op` is done.
+  bool test(Op& op);
+
+  /// Name of the transport used to reach `peer` for `backend` (for logs and tests); connects.
+  std::string transport_for(const std::string& backend, int peer);
+
+  /// Stops the progress thread and closes every transport (flushing what was sent).
+  void shutdown();
+
+  // EventSink entry points (called from Slot's sink adapter under the engine lock).
+  void handle_message(Slot& s, int peer, std::span<const uint8_t> data);
+  void handle_put_arrived(Slot& s, int peer, uint32_t imm);
+  void handle_put_done(Slot& s, uint64_t cookie, bool ok);
+  void handle_peer_error(Slot& s, int peer, const std::string& reason);
+
+ private:
+  explicit Engine(const Options& options);
+
+  // Transports and links (engine lock held unless noted).
+  Slot* make_slot_locked(const std::string& name);
+  Slot* find_slot_locked(const std::string& name);
+  std::vector<std::string> candidates_locked(const std::string& backend);
+  std::string choose_locked(const std::string& backend, int peer);
+  std::vector<uint8_t> peer_address(const std::string& transport, int peer);  // no lock
+  std::string peer_host(int peer);                                            // no lock
+  Link* link_locked(Slot& s, int peer);  // connects when needed; address must be cached
+  Link* link_for(std::unique_lock<std::mutex>& lk, const std::string& backend, int peer);
+
+  // Sending (engine lock).
+  void send_msg_locked(Link& l, std::vector<uint8_t> hdr, const void* payload, size_t len,
+                       std::shared_ptr<Op> op);
+  void send_put_locked(Link& l, std::shared_ptr<Op> op, size_t offset, size_t length,
+                       const transport::RemoteKey& key, uint32_t imm);
+  bool try_post_locked(Link& l, Pending& p);
+  void flush_queue_locked(Link& l);
+  void return_credits_locked(Link& l);
+
+  // Receiving (engine lock).
+  void on_match_locked(const std::shared_ptr<Op>& recv, uint64_t msg_id);
+  void start_rendezvous_recv_locked(const std::shared_ptr<Op>& recv, struct Incoming& in);
+  void send_cts_locked(Link& l, const Header& req, const Cts& c);
+  void handle_cts_locked(Link& l, const Decoded& d);
+
+  // Completion (engine lock).
+  void complete_locked(const std::shared_ptr<Op>& op);
+  void fail_locked(const std::shared_ptr<Op>& op, std::exception_ptr e);
+  void fail_peer_locked(int peer, const std::string& reason);
+  uint32_t new_id_locked();
+  std::string group_name_locked(uint64_t group) const;
+
+  // Progress.
+  int progress_locked();
+  void progress_thread_main();
+  void wake_progress_thread();
+  std::string waiting_for(const Op& op);
+
+  Options opt_;
+  mutable std::mutex mu_;  // the engine lock: protocol state and every transport call
+  std::condition_variable done_cv_;
+
+  std::vector<std::unique_ptr<Slot>> slots_;
+  std::unordered_map<uint64_t, std::unique_ptr<Link>> links_;  // (slot index << 32) | peer
+  std::unordered_map<std::string, Link*> chosen_;              // "backend/peer" -> link
+  std::unordered_set<Link*> backlog_;                          // links with a non-empty queue
+  std::unordered_map<std::string, std::vector<uint8_t>> addr_cache_;  // "name/rank" (own lock)
+  std::unordered_map<int, std::string> host_cache_;
+  std::mutex cache_mu_;
+
+  Matcher matcher_;
+  std::unordered_map<uint64_t, struct Incoming*> incoming_;
+  uint64_t next_msg_id_ = 1;
+  std::unordered_map<uint32_t, std::shared_ptr<Op>> ops_;  // in flight, by id
+  uint32_t next_id_ = 1;
+  struct SeqKey {
+    uint64_t group;
+    int32_t dst;
+    int32_t tag;
+    friend bool operator==(const SeqKey&, const SeqKey&) = default;
+  };
+  struct SeqKeyHash {
+    size_t operator()(const SeqKey& k) const {
+      return ChannelKeyHash()(ChannelKey{k.group, k.dst, k.tag});
+    }
+  };
+  std::unordered_map<SeqKey, uint64_t, SeqKeyHash> send_seq_;
+  std::map<uintptr_t, std::pair<uintptr_t, uint32_t>> active_ranges_;  // start -> (end, op id)
+  std::unordered_map<uint64_t, GroupInfo> groups_;
+  std::unordered_set<uint64_t> removed_groups_;
+  std::unordered_map<int, std::string> dead_peers_;
+  std::vector<Match> match_scratch_;
+
+  // Progress thread and the adaptive wait.
+  std::thread progress_thread_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> spinners_{0};
+  std::mutex park_mu_;
+  std::condition_variable park_cv_;
+  int epoll_fd_ = -1;
+  int wake_fd_ = -1;
+  bool any_without_fd_ = false;
+  int64_t spin_us_ = 0, yield_us_ = 0;
+  bool shut_down_ = false;
+
+  friend struct Slot;
+};
+
+}  // namespace tpcomm::p2p

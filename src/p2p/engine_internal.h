@@ -1,0 +1,55 @@
+// Engine internals shared by engine.cc (setup, links, progress) and engine_ops.cc (the
+// protocol's message handling).
+#pragma once
+
+#include <span>
+#include <string>
+#include <vector>
+
+#include "p2p/engine.h"
+
+namespace tpcomm::p2p {
+
+/// A message that arrived before its receive was posted (or out of order).
+struct Incoming {
+  Header h;
+  Rts rts;
+  Slot* slot = nullptr;
+  std::vector<uint8_t> payload;   // owned copy once the bounce buffer is gone
+  std::span<const uint8_t> view;  // the bytes, wherever they are
+};
+
+/// Forwards a transport's events to the engine, tagged with the transport they came from.
+class SinkAdapter : public transport::EventSink {
+ public:
+  SinkAdapter(Engine* e, Slot* s) : e_(e), s_(s) {}
+  void on_message(int peer, std::span<const uint8_t> data) override;
+  void on_put_arrived(int peer, uint32_t imm) override;
+  void on_put_done(uint64_t cookie, bool ok) override;
+  void on_peer_error(int peer, const std::string& reason) override;
+
+ private:
+  Engine* e_;
+  Slot* s_;
+};
+
+struct Slot {
+  Slot(Engine* e, size_t i, std::string n) : index(i), name(std::move(n)), sink(e, this) {}
+  size_t index;
+  std::string name;
+  std::unique_ptr<transport::Transport> tr;  // null when it failed to start here
+  std::string unavailable;                   // why, when tr is null
+  transport::Capabilities caps;
+  SinkAdapter sink;
+  size_t eager_limit = 0;
+};
+
+/// Key of Engine::links_.
+inline uint64_t link_key(size_t slot, int peer) {
+  return (static_cast<uint64_t>(slot) << 32) | static_cast<uint32_t>(peer);
+}
+
+/// Size of a message's payload as "float32[1024] (4096 bytes)".
+std::string describe_bytes(DType t, uint64_t bytes);
+
+}  // namespace tpcomm::p2p

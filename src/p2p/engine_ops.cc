@@ -1,0 +1,455 @@
+// The protocol's operations and message handling: posting sends and receives, matching,
+// the rendezvous handshake (RTS -> CTS -> put with notification), completion and failure.
+#include <algorithm>
+#include <cstring>
+#include <sstream>
+
+#include "core/log.h"
+#include "p2p/engine.h"
+#include "p2p/engine_internal.h"
+#include "tpcomm/error.hpp"
+
+namespace tpcomm::p2p {
+namespace {
+
+// CTS status codes: why a receiver refused a rendezvous message.
+constexpr uint32_t kCtsOk = 0;
+constexpr uint32_t kCtsDTypeMismatch = 1;
+constexpr uint32_t kCtsTooSmall = 2;
+constexpr uint32_t kCtsOther = 3;
+
+std::string hex(const void* p) {
+  std::ostringstream os;
+  os << p;
+  return os.str();
+}
+
+}  // namespace
+
+uint32_t Engine::new_id_locked() {
+  uint32_t id;
+  do {
+    id = next_id_++;
+  } while (id == 0 || ops_.count(id));
+  return id;
+}
+
+std::string Engine::group_name_locked(uint64_t group) const {
+  auto it = groups_.find(group);
+  return it == groups_.end() ? "?" : it->second.name;
+}
+
+void Engine::add_group(const GroupInfo& g) {
+  std::lock_guard<std::mutex> lk(mu_);
+  groups_[g.id] = g;
+  removed_groups_.erase(g.id);
+}
+
+void Engine::remove_group(uint64_t group) {
+  std::lock_guard<std::mutex> lk(mu_);
+  std::string name = group_name_locked(group);
+  groups_.erase(group);
+  removed_groups_.insert(group);
+  auto aborted = [&](const Op& op) {
+    return std::make_exception_ptr(
+        AbortedError(op.describe() + " was aborted: process group '" + name + "' was destroyed"));
+  };
+  // Queued eager sends refer to user memory: take them out of the queues. Operations whose
+  // data is already moving (Transfer) finish on their own.
+  for (auto& [key, l] : links_) {
+    for (auto it = l->queue.begin(); it != l->queue.end();) {
+      if (!it->is_put && it->op && it->op->group == group) {
+        fail_locked(it->op, aborted(*it->op));
+        it = l->queue.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  std::vector<std::shared_ptr<Op>> victims;
+  for (auto& [id, op] : ops_)
+    if (op->group == group && op->stage != Op::Stage::Transfer) victims.push_back(op);
+  for (auto& op : victims) fail_locked(op, aborted(*op));
+  for (uint64_t msg : matcher_.drop_group(group)) {
+    auto it = incoming_.find(msg);
+    if (it != incoming_.end()) {
+      delete it->second;
+      incoming_.erase(it);
+    }
+  }
+}
+
+// ---- posting ----------------------------------------------------------------------------
+
+std::shared_ptr<Op> Engine::post_send(const GroupInfo& g, int dst, int tag, const Tensor& t) {
+  auto op = std::make_shared<Op>();
+  op->kind = Op::Kind::Send;
+  op->group = g.id;
+  op->group_name = g.name;
+  op->peer = dst;
+  op->tag = tag;
+  op->tensor = t;
+  op->posted_at = std::chrono::steady_clock::now();
+  std::unique_lock<std::mutex> lk(mu_);
+  if (shut_down_) throw AbortedError(op->describe() + ": the process group was destroyed");
+  auto dead = dead_peers_.find(dst);
+  if (dead != dead_peers_.end())
+    throw PeerError(op->describe() + ": rank " + std::to_string(dst) +
+                    " is unreachable: " + dead->second);
+  Link* l = link_for(lk, g.backend, dst);
+  op->seq = send_seq_[SeqKey{g.id, dst, tag}]++;
+  op->link = l;
+  Header h;
+  h.group = g.id;
+  h.src = opt_.rank;
+  h.tag = tag;
+  h.seq = op->seq;
+  h.dtype = t.dtype;
+  h.bytes = t.nbytes();
+  if (h.bytes <= l->eager_limit) {
+    std::vector<uint8_t> hdr(kHeaderSize);
+    encode_header(h, hdr.data());
+    op->stage = Op::Stage::Posted;
+    send_msg_locked(*l, std::move(hdr), t.data, h.bytes, op);
+    return op;
+  }
+  h.type = MsgType::Rts;
+  op->id = new_id_locked();
+  op->mr = l->slot->tr->register_memory(t.data, h.bytes, t.device);
+  op->stage = Op::Stage::Posted;
+  ops_[op->id] = op;
+  std::vector<uint8_t> hdr(kRtsSize);
+  encode_rts(h, Rts{op->id}, hdr.data());
+  send_msg_locked(*l, std::move(hdr), nullptr, 0, nullptr);
+  return op;
+}
+
+std::shared_ptr<Op> Engine::post_recv(const GroupInfo& g, int src, int tag, const Tensor& t) {
+  auto op = std::make_shared<Op>();
+  op->kind = Op::Kind::Recv;
+  op->group = g.id;
+  op->group_name = g.name;
+  op->peer = src;
+  op->tag = tag;
+  op->tensor = t;
+  op->posted_at = std::chrono::steady_clock::now();
+  std::lock_guard<std::mutex> lk(mu_);
+  if (shut_down_) throw AbortedError(op->describe() + ": the process group was destroyed");
+  if (src != kAnySource) {
+    auto dead = dead_peers_.find(src);
+    if (dead != dead_peers_.end())
+      throw PeerError(op->describe() + ": rank " + std::to_string(src) +
+                      " is unreachable: " + dead->second);
+  }
+  size_t bytes = t.nbytes();
+  auto start = reinterpret_cast<uintptr_t>(t.data);
+  if (bytes > 0) {
+    auto it = active_ranges_.upper_bound(start);
+    const std::pair<const uintptr_t, std::pair<uintptr_t, uint32_t>>* clash = nullptr;
+    if (it != active_ranges_.begin() && std::prev(it)->second.first > start)
+      clash = &*std::prev(it);
+    else if (it != active_ranges_.end() && it->first < start + bytes)
+      clash = &*it;
+    if (clash) {
+      auto other = ops_.find(clash->second.second);
+      throw InvalidArgument(
+          op->describe() + ": its buffer [" + hex(t.data) + ", +" + std::to_string(bytes) +
+          " bytes) overlaps the buffer of a pending " +
+          (other != ops_.end() ? other->second->describe() : std::string("receive")) +
+          "; wait for that receive before posting another into the same memory");
+    }
+  }
+  op->id = new_id_locked();
+  ops_[op->id] = op;
+  if (bytes > 0) {
+    active_ranges_[start] = {start + bytes, op->id};
+    op->range_held = true;
+  }
+  op->stage = Op::Stage::Posted;
+  uint64_t msg = matcher_.post(g.id, src, tag, op->id);
+  if (msg) on_match_locked(op, msg);
+  return op;
+}
+
+// ---- arrivals ----------------------------------------------------------------------------
+
+void Engine::handle_message(Slot& s, int peer, std::span<const uint8_t> data) {
+  std::string err;
+  auto d = decode(data, peer, &err);
+  if (!d) {
+    TPLOG(WARN, P2P) << "rank " << opt_.rank << ": " << err << "; closing the link";
+    fail_peer_locked(peer, err);
+    return;
+  }
+  const Header& h = d->header;
+  Link* l = s.caps.recv_slots > 0 ? link_locked(s, peer) : nullptr;
+  if (l) {
+    if (h.credits > l->slots || l->credits + h.credits > l->slots) {
+      fail_peer_locked(peer, "rank " + std::to_string(peer) + " returned " +
+                                 std::to_string(h.credits) + " credits, more than it was given");
+      return;
+    }
+    l->credits += h.credits;
+    if (h.credits && !l->queue.empty()) backlog_.insert(l);
+  }
+  switch (h.type) {
+    case MsgType::Credit:
+      break;
+    case MsgType::Cts:
+      handle_cts_locked(*link_locked(s, peer), *d);
+      break;
+    case MsgType::Eager:
+    case MsgType::Rts: {
+      if (removed_groups_.count(h.group)) {
+        TPLOG(INFO, P2P) << "rank " << opt_.rank << ": dropped a message from rank " << peer
+                         << " for a destroyed group";
+        break;
+      }
+      auto* in = new Incoming{h, d->rts, &s, {}, d->payload};
+      uint64_t id = next_msg_id_++;
+      incoming_[id] = in;
+      std::vector<Match> matches;
+      matches.swap(match_scratch_);
+      matches.clear();
+      if (!matcher_.arrive(ChannelKey{h.group, h.src, h.tag}, h.seq, id, &matches)) {
+        incoming_.erase(id);
+        delete in;
+        match_scratch_.swap(matches);
+        fail_peer_locked(peer, "rank " + std::to_string(peer) + " sent sequence number " +
+                                   std::to_string(h.seq) + " twice (group " +
+                                   group_name_locked(h.group) + ", tag " + std::to_string(h.tag) +
+                                   ")");
+        return;
+      }
+      bool self_matched = false;
+      for (const Match& m : matches) {
+        if (m.msg_id == id) self_matched = true;
+        auto op = ops_.find(static_cast<uint32_t>(m.recv_id));
+        if (op != ops_.end()) {
+          std::shared_ptr<Op> keep = op->second;
+          on_match_locked(keep, m.msg_id);
+        }
+      }
+      match_scratch_.swap(matches);
+      if (!self_matched) {
+        // Out of the bounce buffer before it is reposted.
+        in->payload.assign(in->view.begin(), in->view.end());
+        in->view = in->payload;
+      }
+      break;
+    }
+  }
+  if (l && !l->failed) {
+    ++l->owed;
+    if (h.type != MsgType::Credit) ++l->owed_data;
+    return_credits_locked(*l);
+  }
+}
+
+void Engine::on_match_locked(const std::shared_ptr<Op>& recv, uint64_t msg_id) {
+  auto it = incoming_.find(msg_id);
+  if (it == incoming_.end()) return;
+  std::unique_ptr<Incoming> in(it->second);
+  incoming_.erase(it);
+  const Header& h = in->h;
+  recv->source = h.src;
+  std::string sent = "rank " + std::to_string(h.src) + " sent " + describe_bytes(h.dtype, h.bytes);
+  uint32_t refuse = kCtsOk;
+  std::exception_ptr err;
+  if (h.dtype != recv->tensor.dtype) {
+    refuse = kCtsDTypeMismatch;
+    err = std::make_exception_ptr(
+        MismatchError(recv->describe() + ": " + sent +
+                      "; the dtypes differ. Sender and receiver must use the "
+                      "same dtype."));
+  } else if (h.bytes > recv->tensor.nbytes()) {
+    refuse = kCtsTooSmall;
+    err = std::make_exception_ptr(
+        InvalidArgument(recv->describe() + ": " + sent + ", more than the " +
+                        std::to_string(recv->tensor.nbytes()) + "-byte receive buffer holds."));
+  }
+  if (refuse != kCtsOk) {
+    std::string reason;
+    try {
+      std::rethrow_exception(err);
+    } catch (const std::exception& e) {
+      reason = e.what();
+    }
+    fail_locked(recv, err);
+    if (h.type == MsgType::Rts) {
+      Cts c;
+      c.send_id = in->rts.send_id;
+      c.status = refuse;
+      c.reason = reason.substr(0, kMaxReason);
+      send_cts_locked(*link_locked(*in->slot, h.src), h, c);
+    }
+    return;
+  }
+  if (h.type == MsgType::Eager) {
+    if (h.bytes) std::memcpy(recv->tensor.data, in->view.data(), h.bytes);
+    recv->received = h.bytes;
+    complete_locked(recv);
+    return;
+  }
+  start_rendezvous_recv_locked(recv, *in);
+}
+
+void Engine::start_rendezvous_recv_locked(const std::shared_ptr<Op>& recv, Incoming& in) {
+  Link* l = link_locked(*in.slot, in.h.src);
+  Cts c;
+  c.send_id = in.rts.send_id;
+  try {
+    recv->mr = in.slot->tr->register_memory(recv->tensor.data, in.h.bytes, recv->tensor.device);
+  } catch (const std::exception& e) {
+    c.status = kCtsOther;
+    c.reason = std::string("rank ") + std::to_string(opt_.rank) +
+               " cannot register its receive buffer: " + e.what();
+    c.reason.resize(std::min(c.reason.size(), kMaxReason));
+    fail_locked(recv, std::current_exception());
+    send_cts_locked(*l, in.h, c);
+    return;
+  }
+  uint64_t chunk = std::min<uint64_t>(in.slot->caps.max_put, in.h.bytes);
+  recv->link = l;
+  recv->chunks_left = static_cast<uint32_t>((in.h.bytes + chunk - 1) / chunk);
+  recv->received = in.h.bytes;
+  recv->stage = Op::Stage::Transfer;
+  c.recv_id = recv->id;
+  c.chunk = chunk;
+  c.key = recv->mr->remote_key();
+  send_cts_locked(*l, in.h, c);
+}
+
+void Engine::send_cts_locked(Link& l, const Header& req, const Cts& c) {
+  Header h = req;
+  h.type = MsgType::Cts;
+  h.src = opt_.rank;
+  h.credits = 0;
+  std::vector<uint8_t> hdr(kMaxCtsSize);
+  hdr.resize(encode_cts(h, c, hdr.data()));
+  send_msg_locked(l, std::move(hdr), nullptr, 0, nullptr);
+}
+
+void Engine::handle_cts_locked(Link& l, const Decoded& d) {
+  const Cts& c = d.cts;
+  auto it = ops_.find(c.send_id);
+  if (it == ops_.end() || it->second->kind != Op::Kind::Send || it->second->peer != l.peer ||
+      it->second->stage != Op::Stage::Posted) {
+    TPLOG(INFO, P2P) << "rank " << opt_.rank << ": ignored a CTS from rank " << l.peer
+                     << " for no pending send (id " << c.send_id << ")";
+    return;
+  }
+  std::shared_ptr<Op> op = it->second;
+  if (c.status != kCtsOk) {
+    std::string msg =
+        op->describe() + ": rank " + std::to_string(l.peer) + " refused the message: " + c.reason;
+    if (c.status == kCtsDTypeMismatch)
+      fail_locked(op, std::make_exception_ptr(MismatchError(msg)));
+    else if (c.status == kCtsTooSmall)
+      fail_locked(op, std::make_exception_ptr(InvalidArgument(msg)));
+    else
+      fail_locked(op, std::make_exception_ptr(PeerError(msg)));
+    return;
+  }
+  uint64_t bytes = op->tensor.nbytes();
+  if (op->link->slot != l.slot || c.key.length < bytes || c.chunk == 0) {
+    fail_peer_locked(l.peer, "rank " + std::to_string(l.peer) +
+                                 " answered with an unusable CTS (region of " +
+                                 std::to_string(c.key.length) + " bytes for a " +
+                                 std::to_string(bytes) + "-byte message)");
+    return;
+  }
+  op->stage = Op::Stage::Transfer;
+  op->chunks_left = static_cast<uint32_t>((bytes + c.chunk - 1) / c.chunk);
+  for (uint64_t off = 0; off < bytes; off += c.chunk)
+    send_put_locked(l, op, off, std::min<uint64_t>(c.chunk, bytes - off), c.key, c.recv_id);
+}
+
+void Engine::handle_put_arrived(Slot& s, int peer, uint32_t imm) {
+  Link* l = s.caps.recv_slots > 0 ? link_locked(s, peer) : nullptr;
+  auto it = ops_.find(imm);
+  if (it == ops_.end() || it->second->kind != Op::Kind::Recv ||
+      it->second->stage != Op::Stage::Transfer || !it->second->link ||
+      it->second->link->peer != peer) {
+    TPLOG(WARN, P2P) << "rank " << opt_.rank << ": a put from rank " << peer
+                     << " notified unknown receive " << imm;
+  } else {
+    std::shared_ptr<Op> op = it->second;
+    if (--op->chunks_left == 0) complete_locked(op);
+  }
+  if (l && !l->failed) {
+    ++l->owed;
+    ++l->owed_data;
+    return_credits_locked(*l);
+  }
+}
+
+void Engine::handle_put_done(Slot& s, uint64_t cookie, bool ok) {
+  auto it = ops_.find(static_cast<uint32_t>(cookie));
+  if (it == ops_.end() || it->second->kind != Op::Kind::Send) return;
+  std::shared_ptr<Op> op = it->second;
+  if (!ok) {
+    fail_locked(
+        op, std::make_exception_ptr(PeerError(op->describe() + ": the " + s.name + " put to rank " +
+                                              std::to_string(op->peer) + " failed")));
+    return;
+  }
+  if (op->chunks_left > 0 && --op->chunks_left == 0) complete_locked(op);
+}
+
+void Engine::handle_peer_error(Slot& s, int peer, const std::string& reason) {
+  fail_peer_locked(peer, s.name + ": " + reason);
+}
+
+// ---- completion -----------------------------------------------------------------------
+
+void Engine::complete_locked(const std::shared_ptr<Op>& op_ref) {
+  std::shared_ptr<Op> op = op_ref;  // ops_.erase may drop the last other reference
+  if (op->done.load(std::memory_order_relaxed)) return;
+  op->stage = Op::Stage::Done;
+  op->mr.reset();
+  if (op->range_held) {
+    active_ranges_.erase(reinterpret_cast<uintptr_t>(op->tensor.data));
+    op->range_held = false;
+  }
+  if (op->id) {
+    auto it = ops_.find(op->id);
+    if (it != ops_.end() && it->second == op) ops_.erase(it);
+  }
+  op->done.store(true, std::memory_order_release);
+  done_cv_.notify_all();
+}
+
+void Engine::fail_locked(const std::shared_ptr<Op>& op, std::exception_ptr e) {
+  if (op->done.load(std::memory_order_relaxed)) return;
+  if (op->kind == Op::Kind::Recv && op->stage == Op::Stage::Posted) matcher_.cancel(op->id);
+  op->error = std::move(e);
+  complete_locked(op);
+}
+
+void Engine::fail_peer_locked(int peer, const std::string& reason) {
+  if (dead_peers_.count(peer)) return;
+  dead_peers_[peer] = reason;
+  TPLOG(WARN, P2P) << "rank " << opt_.rank << ": lost rank " << peer << ": " << reason;
+  auto err = [&](const Op& op) {
+    return std::make_exception_ptr(PeerError(op.describe() + " failed: rank " +
+                                             std::to_string(peer) + " is gone (" + reason + ")"));
+  };
+  for (auto& [key, l] : links_) {
+    if (l->peer != peer) continue;
+    l->failed = true;
+    for (Pending& p : l->queue)
+      if (p.op) fail_locked(p.op, err(*p.op));
+    l->queue.clear();
+    backlog_.erase(l.get());
+  }
+  std::vector<std::shared_ptr<Op>> victims;
+  for (auto& [id, op] : ops_) {
+    bool involved = op->peer == peer ||
+                    (op->stage == Op::Stage::Transfer && op->link && op->link->peer == peer);
+    if (involved) victims.push_back(op);
+  }
+  for (auto& op : victims) fail_locked(op, err(*op));
+}
+
+}  // namespace tpcomm::p2p

@@ -1,0 +1,110 @@
+// Message matching of the p2p protocol, with no I/O so that it is unit-tested alone.
+//
+// A message is identified by its channel (group, source, tag) and a per-channel sequence
+// number set by the sender. Arrivals may come out of order (several links, striping); a
+// message becomes *ready* only when every earlier message of its channel has, so matching
+// is non-overtaking per channel, as MPI and torch require. A ready message matches the
+// earliest-posted receive that names its channel or its (group, tag) with any source; a
+// receive matches the earliest ready message it accepts (for any source: the earliest to
+// become ready among all sources).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <set>
+#include <unordered_map>
+#include <vector>
+
+namespace tpcomm::p2p {
+
+/// Source value of a receive that accepts any source.
+inline constexpr int kAnySource = -1;
+
+struct ChannelKey {
+  uint64_t group = 0;
+  int32_t src = 0;
+  int32_t tag = 0;
+  friend bool operator==(const ChannelKey&, const ChannelKey&) = default;
+};
+
+struct ChannelKeyHash {
+  size_t operator()(const ChannelKey& k) const {
+    uint64_t h = k.group * 0x9E3779B97F4A7C15ull;
+    h ^= (static_cast<uint64_t>(static_cast<uint32_t>(k.src)) << 32) | static_cast<uint32_t>(k.tag);
+    h *= 0xBF58476D1CE4E5B9ull;
+    return static_cast<size_t>(h ^ (h >> 31));
+  }
+};
+
+/// One pairing of a posted receive with a message.
+struct Match {
+  uint64_t recv_id;
+  uint64_t msg_id;
+};
+
+class Matcher {
+ public:
+  /// Posts receive `recv_id` (non-zero) for (group, src or kAnySource, tag). Returns the id
+  /// of the ready message it matched at once, or 0 when it stays posted.
+  uint64_t post(uint64_t group, int src, int tag, uint64_t recv_id);
+
+  /// Message `msg_id` (non-zero) with sequence `seq` arrived on `channel`. Appends to
+  /// `matches` every pairing this made possible (the message itself and any that were
+  /// waiting for it). Returns false, changing nothing, when `seq` was already delivered or
+  /// is already buffered (a duplicate: a protocol error).
+  bool arrive(const ChannelKey& channel, uint64_t seq, uint64_t msg_id,
+              std::vector<Match>* matches);
+
+  /// Removes a posted receive; false if it is not posted (already matched).
+  bool cancel(uint64_t recv_id);
+
+  /// Posted receives of `group`, and ready or early messages of `group` (for cleanup).
+  std::vector<uint64_t> posted_in_group(uint64_t group) const;
+  std::vector<uint64_t> messages_in_group(uint64_t group);
+
+  /// Drops every ready or buffered message of `group` (when it is destroyed) and returns
+  /// their ids.
+  std::vector<uint64_t> drop_group(uint64_t group);
+
+  size_t posted() const { return recvs_.size(); }
+  size_t unexpected() const { return unexpected_; }
+  /// Next sequence number expected on `channel` (0 for a new channel).
+  uint64_t expected(const ChannelKey& channel) const;
+
+ private:
+  struct AnyKey {
+    uint64_t group;
+    int32_t tag;
+    friend bool operator==(const AnyKey&, const AnyKey&) = default;
+  };
+  struct AnyKeyHash {
+    size_t operator()(const AnyKey& k) const {
+      return ChannelKeyHash()(ChannelKey{k.group, -7, k.tag});
+    }
+  };
+  struct Channel {
+    uint64_t expected = 0;                            // next sequence to become ready
+    std::map<uint64_t, uint64_t> early;               // seq -> msg id, arrived out of order
+    std::deque<std::pair<uint64_t, uint64_t>> ready;  // (ready order, msg id), unmatched
+    std::map<uint64_t, uint64_t> posted;              // post order -> recv id (this source)
+  };
+  struct RecvInfo {
+    ChannelKey key;  // src == kAnySource for any-source receives
+    uint64_t order;
+  };
+
+  // A message of `ch` became ready: match it or queue it.
+  void on_ready(const ChannelKey& key, Channel& ch, uint64_t msg_id, std::vector<Match>* matches);
+
+  std::unordered_map<ChannelKey, Channel, ChannelKeyHash> channels_;
+  std::unordered_map<AnyKey, std::map<uint64_t, uint64_t>, AnyKeyHash> any_posted_;
+  // (group, tag) -> sources whose channel has ready, unmatched messages.
+  std::unordered_map<AnyKey, std::set<int32_t>, AnyKeyHash> ready_sources_;
+  std::unordered_map<uint64_t, RecvInfo> recvs_;
+  uint64_t next_order_ = 1;
+  size_t unexpected_ = 0;
+};
+
+}  // namespace tpcomm::p2p

@@ -1,0 +1,224 @@
+// Progress: the adaptive wait (spin, then yield, then block) and the background progress
+// thread that sleeps on the transports' file descriptors, so that small messages see
+// busy-poll latency while oversubscribed ranks still leave each other the CPU.
+#include <sched.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include <sstream>
+
+#include "core/log.h"
+#include "p2p/engine.h"
+#include "p2p/engine_internal.h"
+#include "tpcomm/error.hpp"
+
+namespace tpcomm::p2p {
+namespace {
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#endif
+}
+
+}  // namespace
+
+int Engine::progress_locked() {
+  int n = 0;
+  for (auto& s : slots_)
+    if (s->tr) n += s->tr->progress(s->sink);
+  if (!backlog_.empty()) {
+    for (auto it = backlog_.begin(); it != backlog_.end();) {
+      Link* l = *it;
+      size_t before = l->queue.size();
+      flush_queue_locked(*l);
+      n += static_cast<int>(before - l->queue.size());
+      it = l->queue.empty() ? backlog_.erase(it) : std::next(it);
+    }
+  }
+  return n;
+}
+
+bool Engine::test(Op& op) {
+  if (op.done.load(std::memory_order_acquire)) return true;
+  if (mu_.try_lock()) {
+    progress_locked();
+    mu_.unlock();
+  }
+  return op.done.load(std::memory_order_acquire);
+}
+
+void Engine::wait(Op& op, Deadline deadline) {
+  using Clock = std::chrono::steady_clock;
+  if (!op.done.load(std::memory_order_acquire)) {
+    auto start = Clock::now();
+    auto spin_end = start + std::chrono::microseconds(spin_us_);
+    auto yield_end = spin_end + std::chrono::microseconds(yield_us_);
+    spinners_.fetch_add(1);
+    bool spinning = true;
+    auto stop_spinning = [&] {
+      if (!spinning) return;
+      spinning = false;
+      if (spinners_.fetch_sub(1) == 1) {
+        std::lock_guard<std::mutex> pl(park_mu_);
+        park_cv_.notify_one();
+      }
+    };
+    try {
+      while (!op.done.load(std::memory_order_acquire)) {
+        if (mu_.try_lock()) {
+          progress_locked();
+          mu_.unlock();
+          if (op.done.load(std::memory_order_acquire)) break;
+        }
+        auto now = Clock::now();
+        if (now >= deadline.when()) break;
+        if (now < spin_end) {
+          cpu_relax();
+        } else if (now < yield_end) {
+          sched_yield();
+        } else {
+          // Block: the progress thread drives the transports and wakes us on completion.
+          stop_spinning();
+          std::unique_lock<std::mutex> lk(mu_);
+          while (!op.done.load(std::memory_order_acquire) && !deadline.expired() && !stop_) {
+            auto until = std::min(deadline.when(), Clock::now() + std::chrono::milliseconds(100));
+            done_cv_.wait_until(lk, until);
+          }
+          break;
+        }
+      }
+    } catch (...) {
+      stop_spinning();
+      throw;
+    }
+    stop_spinning();
+  }
+  if (!op.done.load(std::memory_order_acquire)) {
+    auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::steady_clock::now() - op.posted_at);
+    throw TimeoutError(op.describe() + " did not complete within " +
+                       std::to_string(waited.count()) + " ms on rank " + std::to_string(opt_.rank) +
+                       ": " + waiting_for(op));
+  }
+  if (op.error) std::rethrow_exception(op.error);
+}
+
+std::string Engine::waiting_for(const Op& op) {
+  std::lock_guard<std::mutex> lk(mu_);
+  std::ostringstream os;
+  std::string peer =
+      op.peer == kAnySource ? std::string("any rank") : "rank " + std::to_string(op.peer);
+  switch (op.stage) {
+    case Op::Stage::Queued:
+      os << "waiting for flow-control credits or transport resources on the link to " << peer
+         << " (is " << peer << " progressing?)";
+      break;
+    case Op::Stage::Posted:
+      if (op.kind == Op::Kind::Recv) {
+        os << "no matching message from " << peer << " has arrived";
+        if (op.peer != kAnySource)
+          os << " (" << matcher_.expected(ChannelKey{op.group, op.peer, op.tag})
+             << " earlier messages on this group and tag were received)";
+        os << "; " << matcher_.unexpected() << " unmatched messages are queued here";
+      } else {
+        os << peer << " has not posted the matching receive (rendezvous request sent, no "
+           << "answer yet)";
+      }
+      break;
+    case Op::Stage::Transfer:
+      os << (op.kind == Op::Kind::Recv ? "waiting for the data from " : "sending the data to ")
+         << (op.link ? "rank " + std::to_string(op.link->peer) : peer) << " (" << op.chunks_left
+         << " chunks outstanding)";
+      break;
+    case Op::Stage::Done:
+      os << "completed";
+      break;
+  }
+  auto dead = op.peer == kAnySource ? dead_peers_.end() : dead_peers_.find(op.peer);
+  if (dead != dead_peers_.end()) os << "; that rank is gone: " << dead->second;
+  return os.str();
+}
+
+void Engine::wake_progress_thread() {
+  if (wake_fd_ < 0) return;
+  uint64_t one = 1;
+  ssize_t r = ::write(wake_fd_, &one, sizeof one);
+  (void)r;
+}
+
+void Engine::progress_thread_main() {
+  epoll_event evs[16];
+  while (!stop_.load()) {
+    if (spinners_.load() > 0) {
+      // A waiting user thread is progressing: stay out of its way.
+      std::unique_lock<std::mutex> pl(park_mu_);
+      park_cv_.wait_for(pl, std::chrono::milliseconds(20),
+                        [&] { return stop_.load() || spinners_.load() == 0; });
+      continue;
+    }
+    bool sleep = true;
+    int timeout_ms = 1000;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (progress_locked() > 0) {
+        sleep = false;
+      } else {
+        for (auto& s : slots_)
+          if (s->tr && !s->tr->arm()) sleep = false;
+      }
+      if (any_without_fd_ || !backlog_.empty()) timeout_ms = 1;
+    }
+    if (!sleep) continue;
+    int n = epoll_wait(epoll_fd_, evs, 16, timeout_ms);
+    for (int i = 0; i < n; ++i) {
+      if (evs[i].data.fd == wake_fd_) {
+        uint64_t v;
+        ssize_t r = ::read(wake_fd_, &v, sizeof v);
+        (void)r;
+      }
+    }
+  }
+}
+
+void Engine::shutdown() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (shut_down_) return;
+    shut_down_ = true;
+  }
+  stop_.store(true);
+  wake_progress_thread();
+  {
+    std::lock_guard<std::mutex> pl(park_mu_);
+    park_cv_.notify_all();
+  }
+  if (progress_thread_.joinable()) progress_thread_.join();
+  std::lock_guard<std::mutex> lk(mu_);
+  // Give queued messages (an eager send reported complete is already on the wire or in the
+  // transport) a bounded chance to leave.
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (!backlog_.empty() && std::chrono::steady_clock::now() < until) progress_locked();
+  std::vector<std::shared_ptr<Op>> pending;
+  for (auto& [id, op] : ops_) pending.push_back(op);
+  for (auto& [key, l] : links_)
+    for (Pending& p : l->queue)
+      if (p.op) pending.push_back(p.op);
+  for (auto& op : pending)
+    fail_locked(op, std::make_exception_ptr(AbortedError(
+                        op->describe() + " was aborted: the process group was destroyed")));
+  for (auto& [id, in] : incoming_) delete in;
+  incoming_.clear();
+  backlog_.clear();
+  chosen_.clear();
+  links_.clear();
+  slots_.clear();  // transports flush and close
+  done_cv_.notify_all();
+  if (epoll_fd_ >= 0) ::close(epoll_fd_);
+  if (wake_fd_ >= 0) ::close(wake_fd_);
+  epoll_fd_ = wake_fd_ = -1;
+}
+
+}  // namespace tpcomm::p2p

@@ -1,0 +1,470 @@
+// TcpTransport: listener, connection set-up and handshake, memory registration, progress.
+#include "transports/tcp/device.h"
+
+#include <arpa/inet.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "core/log.h"
+#include "tpcomm/error.hpp"
+#include "transports/tcp/ifname.h"
+
+namespace tpcomm::tcp {
+namespace {
+
+std::string errno_text(int e) { return std::strerror(e); }
+
+// A registered region of the tcp transport: the key's blob is the region id.
+class TcpRegion : public transport::MemoryRegion {
+ public:
+  TcpRegion(std::shared_ptr<RegionTable> t, uint64_t id, void* addr, size_t len, Device dev)
+      : MemoryRegion(addr, len, dev), table_(std::move(t)), id_(id) {}
+  ~TcpRegion() override { table_->regions.erase(id_); }
+  transport::RemoteKey remote_key() const override {
+    transport::RemoteKey k;
+    k.addr = reinterpret_cast<uint64_t>(addr());
+    k.length = length();
+    k.set_blob(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(&id_), sizeof id_));
+    return k;
+  }
+
+ private:
+  std::shared_ptr<RegionTable> table_;
+  uint64_t id_;
+};
+
+void set_options(int fd, size_t bufsize) {
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  if (bufsize > 0) {
+    int b = static_cast<int>(bufsize);
+    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &b, sizeof b);
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &b, sizeof b);
+  }
+}
+
+}  // namespace
+
+TcpTransport::TcpTransport(const transport::TransportContext& ctx, const Options& opt)
+    : ctx_(ctx), opt_(opt), regions_(std::make_shared<RegionTable>()) {
+  scratch_.resize(64 * 1024);
+  epoll_.reset(epoll_create1(EPOLL_CLOEXEC));
+  if (!epoll_.valid())
+    throw TransportError("tcp transport: epoll_create1 failed: " + errno_text(errno));
+  std::string ip, ifname;
+  if (!opt_.addr.empty()) {
+    ip = opt_.addr;
+    ifname = "TPCOMM_SOCKET_ADDR";
+    local_ip_ = ip;
+  } else {
+    auto ifs = select_interfaces(opt_.ifname, opt_.family);
+    ip = ifs.front().ip;
+    ifname = ifs.front().ifname;
+  }
+  listener_ = net::listen_on(ip, 0, 1024, true);
+  net::SockAddr la = net::local_address(listener_.get());
+  listen_addr_ = la.str();
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.ptr = nullptr;  // the listener
+  epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, listener_.get(), &ev);
+  TPLOG(INFO, TCP) << "rank " << ctx_.rank << ": tcp listening on " << listen_addr_ << " ("
+                   << ifname << "), " << opt_.nsocks << " sockets per peer";
+}
+
+TcpTransport::~TcpTransport() { shutdown_all(); }
+
+transport::Capabilities TcpTransport::capabilities() const {
+  transport::Capabilities c;
+  c.reach = transport::Reach::Network;
+  c.native_put = false;
+  c.max_message = opt_.max_message;
+  c.recv_slots = 0;
+  c.rndv_threshold = 64 * 1024;
+  c.latency_us = 5.0;
+  c.bandwidth_gbps = 3.0;
+  return c;
+}
+
+std::vector<uint8_t> TcpTransport::address() const {
+  std::vector<uint8_t> out(listen_addr_.begin(), listen_addr_.end());
+  return out;
+}
+
+Socket* TcpTransport::new_socket(int fd, Socket::State state, const std::string& where) {
+  auto s = std::make_unique<Socket>();
+  s->fd.reset(fd);
+  s->state = state;
+  s->where = where;
+  // Room for two whole messages, so that one always fits after the unread part is moved.
+  s->rbuf.resize(2 * (opt_.max_message + kFrameSize));
+  Socket* raw = s.get();
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.ptr = raw;
+  epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev);
+  sockets_.emplace(raw, std::move(s));
+  return raw;
+}
+
+transport::Endpoint& TcpTransport::connect(int peer, std::span<const uint8_t> peer_address,
+                                           std::chrono::steady_clock::time_point deadline) {
+  auto it = endpoints_.find(peer);
+  if (it != endpoints_.end()) return *it->second;
+  std::string where(peer_address.begin(), peer_address.end());
+  auto [host, port] = net::split_host_port(where);
+  std::vector<net::SockAddr> addrs = net::resolve(host, port);
+  auto ep = std::make_unique<TcpEndpoint>(this, peer);
+  ep->active_ = true;
+  std::vector<Socket*> made;
+  try {
+    for (int i = 0; i < opt_.nsocks; ++i) {
+      const net::SockAddr& a = addrs.front();
+      int fd = ::socket(a.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+      if (fd < 0) throw TransportError("tcp: socket() failed: " + errno_text(errno));
+      net::Fd guard(fd);
+      if (!local_ip_.empty()) {
+        auto la = net::resolve(local_ip_, 0);
+        if (!la.empty() && la.front().family() == a.family())
+          ::bind(fd, reinterpret_cast<const sockaddr*>(&la.front().ss), la.front().len);
+      }
+      set_options(fd, opt_.bufsize);
+      int rc = ::connect(fd, reinterpret_cast<const sockaddr*>(&a.ss), a.len);
+      if (rc != 0 && errno != EINPROGRESS)
+        throw TransportError("tcp: cannot connect to rank " + std::to_string(peer) + " at " +
+                             where + ": " + errno_text(errno));
+      if (rc != 0) {
+        pollfd p{fd, POLLOUT, 0};
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+            deadline - std::chrono::steady_clock::now());
+        int n = ::poll(&p, 1, static_cast<int>(std::max<int64_t>(0, left.count())));
+        if (n == 0)
+          throw TimeoutError("tcp: connecting to rank " + std::to_string(peer) + " at " + where +
+                             " timed out");
+        int err = 0;
+        socklen_t len = sizeof err;
+        getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+        if (err != 0)
+          throw TransportError("tcp: cannot connect to rank " + std::to_string(peer) + " at " +
+                               where + ": " + errno_text(err) + " (is rank " +
+                               std::to_string(peer) + " still running?)");
+      }
+      Hello h;
+      h.nsocks = static_cast<uint16_t>(opt_.nsocks);
+      h.index = static_cast<uint16_t>(i);
+      h.src = ctx_.rank;
+      h.dst = peer;
+      h.world_size = ctx_.world_size;
+      h.job_id = ctx_.job_id;
+      uint8_t buf[kHelloFixed + kMaxJobId];
+      size_t n = encode_hello(h, buf);
+      if (::send(fd, buf, n, MSG_NOSIGNAL) != static_cast<ssize_t>(n))
+        throw TransportError("tcp: handshake to rank " + std::to_string(peer) + " at " + where +
+                             " failed: " + errno_text(errno));
+      Socket* s = new_socket(guard.release(), Socket::State::AwaitAck, where);
+      s->initiated = true;
+      s->ep = ep.get();
+      made.push_back(s);
+    }
+  } catch (...) {
+    for (Socket* s : made) close_socket(*s);
+    throw;
+  }
+  ep->tx = made;
+  ep->sockets = made;
+  TPLOG(INFO, TCP) << "rank " << ctx_.rank << " -> rank " << peer << ": connecting " << opt_.nsocks
+                   << " sockets to " << where;
+  TcpEndpoint& ref = *ep;
+  endpoints_.emplace(peer, std::move(ep));
+  return ref;
+}
+
+std::unique_ptr<transport::MemoryRegion> TcpTransport::register_memory(void* addr, size_t length,
+                                                                       tpcomm::Device device) {
+  if (device.type != DeviceType::CPU)
+    throw NotSupportedError("tcp transport: cannot register " + device.str() +
+                            " memory; stage it through host memory");
+  uint64_t id = regions_->next_id++;
+  regions_->regions[id] = RegionTable::Entry{static_cast<uint8_t*>(addr), length};
+  return std::make_unique<TcpRegion>(regions_, id, addr, length, device);
+}
+
+int TcpTransport::accept_new() {
+  int n = 0;
+  for (;;) {
+    sockaddr_storage ss{};
+    socklen_t len = sizeof ss;
+    int fd = ::accept4(listener_.get(), reinterpret_cast<sockaddr*>(&ss), &len,
+                       SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) break;
+    net::SockAddr a;
+    std::memcpy(&a.ss, &ss, sizeof ss);
+    a.len = len;
+    set_options(fd, opt_.bufsize);
+    new_socket(fd, Socket::State::AwaitHello, a.str());
+    ++n;
+  }
+  return n;
+}
+
+void TcpTransport::refuse(Socket& s, const std::string& reason) {
+  TPLOG(WARN, TCP) << "rank " << ctx_.rank << ": refused a connection from " << s.where << ": "
+                   << reason;
+  Ack a;
+  a.status = 1;
+  a.reason = "rank " + std::to_string(ctx_.rank) + " refused the connection: " + reason;
+  uint8_t buf[kAckFixed + kMaxReason];
+  size_t n = encode_ack(a, buf);
+  ssize_t r = ::send(s.fd.get(), buf, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+  (void)r;
+  close_socket(s);
+}
+
+void TcpTransport::attach_accepted(Socket& s, const Hello& h) {
+  auto it = endpoints_.find(h.src);
+  TcpEndpoint* ep;
+  if (it == endpoints_.end()) {
+    auto e = std::make_unique<TcpEndpoint>(this, h.src);
+    e->expected_ = h.nsocks;
+    e->tx.assign(h.nsocks, nullptr);
+    ep = e.get();
+    endpoints_.emplace(h.src, std::move(e));
+  } else {
+    ep = it->second.get();
+  }
+  if (ep->failed_) {
+    refuse(s, "an earlier connection from rank " + std::to_string(h.src) + " failed");
+    return;
+  }
+  if (!ep->active_) {
+    if (h.nsocks != ep->expected_ || ep->tx[h.index]) {
+      refuse(s, "duplicate or inconsistent socket " + std::to_string(h.index) + "/" +
+                    std::to_string(h.nsocks) + " from rank " + std::to_string(h.src));
+      return;
+    }
+    ep->tx[h.index] = &s;
+  }
+  s.ep = ep;
+  s.state = Socket::State::Open;
+  ep->sockets.push_back(&s);
+  Ack a;
+  uint8_t buf[kAckFixed + kMaxReason];
+  size_t n = encode_ack(a, buf);
+  if (::send(s.fd.get(), buf, n, MSG_NOSIGNAL | MSG_DONTWAIT) != static_cast<ssize_t>(n)) {
+    fail_later(*ep, "handshake answer to " + s.where + " failed: " + errno_text(errno));
+    return;
+  }
+  if (!ep->active_) {
+    bool all = true;
+    for (Socket* t : ep->tx) all = all && t;
+    if (all) {
+      ep->ready_ = true;
+      TPLOG(INFO, TCP) << "rank " << ctx_.rank << " <- rank " << h.src << ": accepted " << h.nsocks
+                       << " sockets from " << s.where;
+    }
+  }
+}
+
+int TcpTransport::handshake(Socket& s, transport::EventSink& sink) {
+  uint8_t buf[1024];
+  size_t want = s.state == Socket::State::AwaitHello ? kHelloFixed : kAckFixed;
+  for (;;) {
+    std::string err;
+    size_t need = 0;
+    if (s.hs.size() >= want) {
+      if (s.state == Socket::State::AwaitHello) {
+        Hello h;
+        need = decode_hello(s.hs.data(), s.hs.size(), &h, &err);
+        if (need == 0) {
+          refuse(s, err);
+          return 0;
+        }
+        if (need <= s.hs.size()) {
+          if (h.job_id != ctx_.job_id)
+            refuse(s, "job id '" + h.job_id + "' differs from this job's '" + ctx_.job_id + "'");
+          else if (h.dst != ctx_.rank)
+            refuse(s, "it wants rank " + std::to_string(h.dst) + ", this is rank " +
+                          std::to_string(ctx_.rank) + " (stale address?)");
+          else if (h.world_size != ctx_.world_size || h.src < 0 || h.src >= ctx_.world_size ||
+                   h.src == ctx_.rank)
+            refuse(s, "rank " + std::to_string(h.src) + " of a world of " +
+                          std::to_string(h.world_size) + " does not fit this world of " +
+                          std::to_string(ctx_.world_size));
+          else
+            attach_accepted(s, h);
+          return 0;
+        }
+      } else {
+        Ack a;
+        need = decode_ack(s.hs.data(), s.hs.size(), &a, &err);
+        if (need == 0 || (need <= s.hs.size() && a.status != 0)) {
+          std::string why = need == 0 ? err : a.reason;
+          fail_now(*s.ep, "connection to " + s.where + " refused: " + why, sink);
+          return 1;
+        }
+        if (need <= s.hs.size()) {
+          s.state = Socket::State::Open;
+          TcpEndpoint& ep = *s.ep;
+          bool all = true;
+          for (Socket* t : ep.tx) all = all && t->state == Socket::State::Open;
+          if (all && !ep.ready_) {
+            ep.ready_ = true;
+            TPLOG(INFO, TCP) << "rank " << ctx_.rank << " -> rank " << ep.peer_ << ": "
+                             << ep.tx.size() << " sockets connected to " << s.where;
+            for (Socket* t : ep.tx) flush(*t);
+          }
+          return 1;
+        }
+      }
+      want = need;
+    }
+    // Read no further than the handshake: frames follow it on the same stream.
+    ssize_t n = ::recv(s.fd.get(), buf, std::min(sizeof buf, want - s.hs.size()), 0);
+    if (n > 0) {
+      s.hs.insert(s.hs.end(), buf, buf + n);
+      continue;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return 0;
+    std::string why = n == 0 ? std::string("closed during the handshake") : errno_text(errno);
+    if (s.state == Socket::State::AwaitHello) {
+      TPLOG(INFO, TCP) << "rank " << ctx_.rank << ": connection from " << s.where
+                       << " dropped before its handshake: " << why;
+      close_socket(s);
+      return 0;
+    }
+    fail_now(*s.ep, "connection to " + s.where + " " + why, sink);
+    return 1;
+  }
+}
+
+void TcpTransport::close_socket(Socket& s) {
+  if (s.fd.valid()) {
+    epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, s.fd.get(), nullptr);
+    s.fd.reset();
+  }
+  s.state = Socket::State::Closed;
+  auto it = sockets_.find(&s);
+  if (it != sockets_.end()) {
+    graveyard_.push_back(std::move(it->second));
+    sockets_.erase(it);
+  }
+}
+
+void TcpTransport::fail_later(TcpEndpoint& ep, const std::string& reason) {
+  if (ep.failed_) return;
+  for (auto& [e, r] : failing_)
+    if (e == &ep) return;
+  failing_.emplace_back(&ep, reason);
+}
+
+void TcpTransport::fail_now(TcpEndpoint& ep, const std::string& reason,
+                            transport::EventSink& sink) {
+  if (ep.failed_) return;
+  ep.failed_ = true;  // first, so that draining cannot recurse into here
+  // Whatever the peer sent before it went away is still in our receive queues: deliver it
+  // before the error, so that a message sent just before a clean exit is not lost.
+  for (Socket* s : std::vector<Socket*>(ep.sockets))
+    if (s->state == Socket::State::Open) read_frames(*s, sink);
+  for (Socket* s : std::vector<Socket*>(ep.sockets)) {
+    for (auto* q : {&s->msgs, &s->puts})
+      for (SendItem& item : *q)
+        if (item.put && !item.put->failed) {
+          item.put->failed = true;
+          events_.push_back(Event{Event::Kind::PutDone, item.put->cookie, false, -1, ""});
+        }
+    s->msgs.clear();
+    s->puts.clear();
+    close_socket(*s);
+  }
+  ep.sockets.clear();
+  ep.ready_ = false;
+  events_.push_back(Event{Event::Kind::PeerError, 0, false, ep.peer_, reason});
+}
+
+int TcpTransport::deliver_events(transport::EventSink& sink) {
+  int n = 0;
+  while (!failing_.empty()) {
+    auto f = failing_.back();
+    failing_.pop_back();
+    fail_now(*f.first, f.second, sink);
+  }
+  while (!events_.empty()) {
+    std::vector<Event> evs;
+    evs.swap(events_);
+    for (Event& e : evs) {
+      ++n;
+      if (e.kind == Event::Kind::PutDone)
+        sink.on_put_done(e.cookie, e.ok);
+      else
+        sink.on_peer_error(e.peer, e.reason);
+    }
+  }
+  return n;
+}
+
+int TcpTransport::progress(transport::EventSink& sink) {
+  int n = deliver_events(sink);
+  epoll_event evs[64];
+  int k = epoll_wait(epoll_.get(), evs, 64, 0);
+  for (int i = 0; i < k; ++i) {
+    auto* s = static_cast<Socket*>(evs[i].data.ptr);
+    if (!s) {
+      n += accept_new();
+      continue;
+    }
+    if (!sockets_.count(s) || s->state == Socket::State::Closed) continue;  // closed meanwhile
+    if (evs[i].events & EPOLLOUT) {
+      if (s->state == Socket::State::Open && s->ep && s->ep->ready_) flush(*s);
+    }
+    if (evs[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP)) {
+      if (s->state == Socket::State::Open)
+        n += read_frames(*s, sink);
+      else
+        n += handshake(*s, sink);
+    }
+  }
+  n += deliver_events(sink);
+  graveyard_.clear();
+  return n;
+}
+
+void TcpTransport::shutdown_all() {
+  // Flush what was accepted, say goodbye, and drain what the peers sent so that close()
+  // sends a FIN rather than a reset.
+  auto until = std::chrono::steady_clock::now() +
+               std::min<std::chrono::milliseconds>(ctx_.timeout, std::chrono::seconds(10));
+  for (auto& [peer, ep] : endpoints_) {
+    if (ep->failed_ || !ep->ready_) continue;
+    for (Socket* s : ep->tx) {
+      if (!s || s->state != Socket::State::Open) continue;
+      SendItem bye;
+      Frame f;
+      f.kind = FrameKind::Bye;
+      encode_frame(f, bye.hdr);
+      s->msgs.push_back(std::move(bye));
+      while ((!s->msgs.empty() || !s->puts.empty()) && flush(*s) &&
+             std::chrono::steady_clock::now() < until) {
+        if (s->msgs.empty() && s->puts.empty()) break;
+        pollfd p{s->fd.get(), POLLOUT, 0};
+        ::poll(&p, 1, 10);
+      }
+      if (s->fd.valid()) ::shutdown(s->fd.get(), SHUT_WR);
+    }
+  }
+  for (auto& [raw, s] : sockets_) {
+    if (!s->fd.valid()) continue;
+    ssize_t r;
+    do {
+      r = ::recv(s->fd.get(), scratch_.data(), scratch_.size(), MSG_DONTWAIT);
+    } while (r > 0);
+  }
+  for (auto& [raw, s] : sockets_) s->fd.reset();
+  sockets_.clear();
+  graveyard_.clear();
+}
+
+}  // namespace tpcomm::tcp

@@ -1,0 +1,177 @@
+// The tcp transport (docs/transport.md): a listening socket, one endpoint per peer with
+// TPCOMM_SOCKET_NSOCKS sockets, put emulated by a header plus a stream write that the target
+// reads straight into the registered destination. All sockets are non-blocking and driven
+// by progress() through one epoll set, which is also the transport's wait_fd().
+#pragma once
+
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "net/socket.h"
+#include "tpcomm/transport/transport.hpp"
+#include "transports/tcp/wire.h"
+
+namespace tpcomm::tcp {
+
+struct Options {
+  int nsocks = 2;
+  std::string ifname;
+  std::string addr;  ///< explicit local address (TPCOMM_SOCKET_ADDR)
+  int family = 0;    ///< AF_UNSPEC, AF_INET or AF_INET6
+  size_t bufsize = 0;
+  size_t max_message = 256 * 1024;
+  size_t frame = 4 << 20;  ///< largest put fragment per write
+  /// Reads the TPCOMM_SOCKET_* variables.
+  static Options from_env();
+};
+
+class TcpTransport;
+class TcpEndpoint;
+
+/// A local put in flight: done when every fragment has been written.
+struct PutTx {
+  uint64_t cookie = 0;
+  uint32_t frames_left = 0;
+  bool failed = false;
+};
+
+/// One queued frame.
+struct SendItem {
+  uint8_t hdr[kFrameSize];
+  std::vector<uint8_t> owned;     ///< a message: the whole frame, copied
+  const uint8_t* data = nullptr;  ///< a put fragment: the user's bytes (after hdr)
+  size_t len = 0;
+  size_t done = 0;  ///< bytes of the frame already written
+  std::shared_ptr<PutTx> put;
+  size_t total() const { return owned.empty() ? kFrameSize + len : owned.size(); }
+};
+
+struct Socket {
+  enum class State { AwaitAck, AwaitHello, Open, Closed };
+  net::Fd fd;
+  State state = State::Closed;
+  TcpEndpoint* ep = nullptr;
+  bool initiated = false;
+  std::string where;        ///< peer address, for messages
+  std::vector<uint8_t> hs;  ///< handshake bytes received so far
+  // receive
+  std::vector<uint8_t> rbuf;
+  size_t rhead = 0, rtail = 0;
+  Frame cur;                  ///< put fragment being read directly
+  uint8_t* direct = nullptr;  ///< where it goes (nullptr: discard)
+  uint64_t direct_left = 0;
+  bool bye = false;
+  // send
+  std::deque<SendItem> msgs, puts;
+  bool active = false, active_put = false;  ///< front of msgs/puts is partly written
+  size_t queued_bytes = 0;
+  bool want_out = false;  ///< EPOLLOUT registered
+};
+
+/// Bytes of a put from the peer still to come, by the peer's put id.
+struct PutRx {
+  uint64_t remaining = 0;
+  uint32_t imm = 0;
+  bool dropped = false;
+};
+
+class TcpEndpoint : public transport::Endpoint {
+ public:
+  TcpEndpoint(TcpTransport* dev, int peer) : dev_(dev), peer_(peer) {}
+  int peer() const override { return peer_; }
+  bool ready() const override { return ready_; }
+  [[nodiscard]] transport::PostStatus send(std::span<const iovec> iov) override;
+  [[nodiscard]] transport::PostStatus put(const transport::MemoryRegion& src, size_t src_offset,
+                                          const transport::RemoteKey& dst, size_t dst_offset,
+                                          size_t length, uint32_t imm, uint64_t cookie) override;
+
+  TcpTransport* dev_;
+  int peer_;
+  bool ready_ = false;
+  bool failed_ = false;
+  bool active_ = false;          ///< we connected (tx = our sockets)
+  uint16_t expected_ = 0;        ///< passive: sockets the peer announced
+  std::vector<Socket*> tx;       ///< the sockets we send on, by index
+  std::vector<Socket*> sockets;  ///< every socket of this peer (tx and receive-only)
+  std::unordered_map<uint64_t, PutRx> rx_puts;
+  uint64_t next_put_id_ = 1;
+  size_t rr_ = 0;
+};
+
+/// A registered region: the key's blob is its id in the device's table.
+struct RegionTable {
+  struct Entry {
+    uint8_t* addr;
+    size_t length;
+  };
+  std::unordered_map<uint64_t, Entry> regions;
+  uint64_t next_id = 1;
+};
+
+class TcpTransport : public transport::Transport {
+ public:
+  TcpTransport(const transport::TransportContext& ctx, const Options& opt);
+  ~TcpTransport() override;
+
+  const char* name() const override { return "tcp"; }
+  transport::Capabilities capabilities() const override;
+  std::vector<uint8_t> address() const override;
+  transport::Endpoint& connect(int peer, std::span<const uint8_t> peer_address,
+                               std::chrono::steady_clock::time_point deadline) override;
+  std::unique_ptr<transport::MemoryRegion> register_memory(void* addr, size_t length,
+                                                           tpcomm::Device device) override;
+  int progress(transport::EventSink& sink) override;
+  int wait_fd() const override { return epoll_.get(); }
+
+  // Used by the endpoints and the socket I/O.
+  const Options& opt() const { return opt_; }
+  const transport::TransportContext& ctx() const { return ctx_; }
+  /// Writes what the socket's queue allows; false on a broken connection (failure queued).
+  bool flush(Socket& s);
+  void want_out(Socket& s, bool on);
+  /// Queues the endpoint's failure; reported (after draining its other sockets) by the
+  /// next progress().
+  void fail_later(TcpEndpoint& ep, const std::string& reason);
+  void put_written(PutTx& tx);
+  RegionTable& regions() { return *regions_; }
+
+ private:
+  struct Event {
+    enum class Kind { PutDone, PeerError } kind;
+    uint64_t cookie = 0;
+    bool ok = true;
+    int peer = -1;
+    std::string reason;
+  };
+
+  int accept_new();
+  int handshake(Socket& s, transport::EventSink& sink);
+  int read_frames(Socket& s, transport::EventSink& sink);
+  void attach_accepted(Socket& s, const Hello& h);
+  void refuse(Socket& s, const std::string& reason);
+  void fail_now(TcpEndpoint& ep, const std::string& reason, transport::EventSink& sink);
+  void close_socket(Socket& s);
+  Socket* new_socket(int fd, Socket::State state, const std::string& where);
+  void shutdown_all();
+  int deliver_events(transport::EventSink& sink);
+
+  transport::TransportContext ctx_;
+  Options opt_;
+  net::Fd listener_;
+  net::Fd epoll_;
+  std::string listen_addr_;  ///< "ip:port" published to peers
+  std::string local_ip_;     ///< bind address of outgoing sockets (explicit address only)
+  std::unordered_map<int, std::unique_ptr<TcpEndpoint>> endpoints_;
+  std::unordered_map<Socket*, std::unique_ptr<Socket>> sockets_;
+  std::vector<std::unique_ptr<Socket>> graveyard_;
+  std::vector<Event> events_;
+  std::vector<std::pair<TcpEndpoint*, std::string>> failing_;
+  std::shared_ptr<RegionTable> regions_;
+  std::vector<uint8_t> scratch_;  ///< sink for dropped put bytes
+};
+
+}  // namespace tpcomm::tcp

@@ -1,0 +1,63 @@
+// Registration of the tcp transport: its TPCOMM_SOCKET_* variables and its factory.
+#include <sys/socket.h>
+
+#include "core/config.h"
+#include "tpcomm/transport/transport.hpp"
+#include "transports/tcp/device.h"
+
+namespace tpcomm::tcp {
+namespace {
+
+using config::Param;
+using T = config::Type;
+
+// clang-format off
+constexpr Param kParams[] = {
+  {"TPCOMM_SOCKET_ADDR", T::String, "", "",
+   "tcp transport: local IP address to listen on and connect from (overrides "
+   "TPCOMM_SOCKET_IFNAME), e.g. 127.0.0.2 to give a rank its own loopback address.", "tcp"},
+  {"TPCOMM_SOCKET_BUFSIZE", T::Size, "0", "",
+   "tcp transport: SO_SNDBUF/SO_RCVBUF of data sockets; 0 keeps the kernel's auto-tuning.",
+   "tcp"},
+  {"TPCOMM_SOCKET_FAMILY", T::Enum, "any", "any|ipv4|ipv6|AF_INET|AF_INET6",
+   "tcp transport: address family of the interfaces it uses (as NCCL_SOCKET_FAMILY).", "tcp"},
+  {"TPCOMM_SOCKET_FRAME", T::Size, "4M", "",
+   "tcp transport: largest piece of a put written in one go; puts are spread over the "
+   "sockets of a peer in pieces of at most this size.", "tcp"},
+  {"TPCOMM_SOCKET_IFNAME", T::String, "", "",
+   "tcp transport: interfaces to use, as NCCL_SOCKET_IFNAME: comma-separated name prefixes, "
+   "'^' first to exclude, '=' first for exact names (e.g. 'eth', '^docker,lo', '=eth0'). "
+   "Default: all but docker* and lo*, else lo.", "tcp"},
+  {"TPCOMM_SOCKET_NSOCKS", T::Int, "2", "1..16",
+   "tcp transport: sockets per peer and direction; large puts are striped over them.", "tcp"},
+};
+// clang-format on
+
+}  // namespace
+
+Options Options::from_env() {
+  Options o;
+  o.nsocks = static_cast<int>(config::get_int("TPCOMM_SOCKET_NSOCKS"));
+  o.ifname = config::get_string("TPCOMM_SOCKET_IFNAME");
+  o.addr = config::get_string("TPCOMM_SOCKET_ADDR");
+  std::string fam = config::get_enum("TPCOMM_SOCKET_FAMILY");
+  o.family = fam == "ipv4" || fam == "af_inet"    ? AF_INET
+             : fam == "ipv6" || fam == "af_inet6" ? AF_INET6
+                                                  : AF_UNSPEC;
+  o.bufsize = config::get_size("TPCOMM_SOCKET_BUFSIZE");
+  o.frame = std::max<uint64_t>(64 * 1024, config::get_size("TPCOMM_SOCKET_FRAME"));
+  return o;
+}
+
+}  // namespace tpcomm::tcp
+
+namespace tpcomm::transport {
+
+void register_tcp_transport() {
+  config::register_params(tcp::kParams);
+  register_transport("tcp", [](const TransportContext& ctx) -> std::unique_ptr<Transport> {
+    return std::make_unique<tcp::TcpTransport>(ctx, tcp::Options::from_env());
+  });
+}
+
+}  // namespace tpcomm::transport
