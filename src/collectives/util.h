@@ -1,0 +1,69 @@
+// Small helpers every algorithm uses: byte arithmetic on buffers, uninitialised scratch
+// memory, the pipelining parameters, and the Reducer that applies a ReduceOp through the
+// kernels of core/reduce.h (AVG as SUM then one division; PREMUL_SUM as scaled inputs then
+// SUM, so that partial results combine with a plain sum).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "collectives/types.h"
+#include "tpcomm/types.hpp"
+
+namespace tpcomm::coll {
+
+inline uint8_t* at(void* p, size_t byte_offset) { return static_cast<uint8_t*>(p) + byte_offset; }
+inline const uint8_t* at(const void* p, size_t byte_offset) {
+  return static_cast<const uint8_t*>(p) + byte_offset;
+}
+
+/// Uninitialised heap memory for intermediate results, freed on scope exit.
+class Scratch {
+ public:
+  Scratch() = default;
+  explicit Scratch(size_t bytes)
+      : p_(bytes ? std::make_unique_for_overwrite<uint8_t[]>(bytes) : nullptr), n_(bytes) {}
+  uint8_t* data() const { return p_.get(); }
+  size_t size() const { return n_; }
+
+ private:
+  std::unique_ptr<uint8_t[]> p_;
+  size_t n_ = 0;
+};
+
+/// How the chunked (pipelined) algorithms cut their data.
+struct ExecParams {
+  size_t slice_bytes = 512 * 1024;  ///< a multiple of the element size, at least one element
+  int window = 4;                   ///< slices whose receives are posted ahead
+};
+
+/// Resolves CommonOptions::slice_bytes (0: TPCOMM_BUFFSIZE / 8) for elements of `esize`.
+ExecParams exec_params(const CommonOptions& options, size_t esize);
+
+/// Applies one ReduceOp on one dtype.
+class Reducer {
+ public:
+  Reducer(DType dtype, ReduceOp op, double premul_scale);
+  DType dtype() const { return dtype_; }
+  ReduceOp op() const { return op_; }
+  size_t esize() const { return esize_; }
+
+  /// dst = a (+) b for two partial results (already scaled for PREMUL_SUM). dst may be a or
+  /// b. The result does not depend on the order of a and b (the ops are commutative).
+  void merge(void* dst, const void* a, const void* b, size_t count) const;
+  /// dst = this rank's contribution from its input: a copy, or the scaled input for
+  /// PREMUL_SUM. dst may be src.
+  void load(void* dst, const void* src, size_t count) const;
+  /// Finishes AVG (divides by `nranks`); nothing for the other ops.
+  void finish(void* data, size_t count, int nranks) const;
+
+ private:
+  DType dtype_;
+  ReduceOp op_;
+  ReduceOp merge_op_;
+  double scale_;
+  size_t esize_;
+};
+
+}  // namespace tpcomm::coll

@@ -1,0 +1,37 @@
+// Argument checks shared by the collectives. Each throws InvalidArgument (NotSupportedError
+// for device memory) with a message naming the operation, the rank, what is wrong and what
+// is expected. They are local checks: ranks that disagree with each other are caught by the
+// process group's signature check, or by the transport's size check.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tpcomm/types.hpp"
+
+namespace tpcomm::coll::check {
+
+/// A usable host tensor: numel >= 0, data present when numel > 0, CPU memory.
+void tensor(const Tensor& t, const char* op, const char* what, int rank);
+
+/// `b` has the dtype of `a`.
+void same_dtype(const Tensor& a, const char* a_name, const Tensor& b, const char* b_name,
+                const char* op, int rank);
+
+/// t.numel == expected; `rule` explains the expectation ("group size 3 x input 4").
+void numel(const Tensor& t, const char* what, int64_t expected, const std::string& rule,
+           const char* op, int rank);
+
+/// 0 <= root < size.
+void root(int root, int size, const char* op, int rank);
+
+/// The reduction is defined on the dtype (reduce_op_supports), else a message saying which
+/// dtypes the op takes.
+void reduce_op(ReduceOp op, DType dtype, const char* op_name, int rank);
+
+/// Split sizes: exactly `size` entries, none negative, summing to `numel`.
+void splits(const std::vector<int64_t>& splits, const char* what, int size, int64_t numel,
+            const char* op, int rank);
+
+}  // namespace tpcomm::coll::check
