@@ -30,7 +30,9 @@ void register_rendezvous_handler(const std::string& scheme, RendezvousHandler ha
 ///   env://                        MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE
 ///   tcp://host:port?rank=R&world_size=N
 ///   file:///path?rank=R&world_size=N
-/// rank/world_size arguments override the URL's; a value given both ways must agree.
+/// rank/world_size arguments override the URL's; a value given both ways must agree. For env://
+/// and tcp://, rank 0 starts the TCPStore server, unless TPCOMM_USE_AGENT_STORE=1 (set by tprun,
+/// which then hosts it) makes every rank a client. The store returned is the raw one.
 /// Throws InvalidArgument naming what is missing ("env:// needs MASTER_PORT: ...").
 RendezvousResult rendezvous(const std::string& url, int rank = -1, int world_size = -1,
                             std::chrono::milliseconds timeout = Store::kDefaultTimeout);

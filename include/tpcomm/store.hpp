@@ -153,7 +153,9 @@ class TCPStore : public Store {
 /// A store kept in one file, shared by processes of one host or of several hosts on a
 /// shared file system (fcntl locks). Records are appended with a checksum, so a writer killed
 /// mid-write leaves the file readable; a corrupt or truncated file gives a StoreError naming
-/// the path and offset. With world_size > 0 the file is removed when the last user closes it.
+/// the path and offset. With world_size > 0 the file is removed when the last user closes it
+/// (as torch's FileStore); a process killed before closing never releases its reference, so the
+/// file then stays: delete it after the job.
 class FileStore : public Store {
  public:
   explicit FileStore(std::string path, int world_size = -1);
