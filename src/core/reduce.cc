@@ -13,6 +13,10 @@
 #include "core/reduce_table.h"
 #include "tpcomm/error.hpp"
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
+#endif
+
 namespace tpcomm::kernels {
 namespace {
 
@@ -21,15 +25,24 @@ using detail::KernelTable;
 // Upper-case names as torch spells them in ReduceOp.X.
 const char* op_upper(ReduceOp op) {
   switch (op) {
-    case ReduceOp::SUM: return "SUM";
-    case ReduceOp::PRODUCT: return "PRODUCT";
-    case ReduceOp::MIN: return "MIN";
-    case ReduceOp::MAX: return "MAX";
-    case ReduceOp::AVG: return "AVG";
-    case ReduceOp::BAND: return "BAND";
-    case ReduceOp::BOR: return "BOR";
-    case ReduceOp::BXOR: return "BXOR";
-    case ReduceOp::PREMUL_SUM: return "PREMUL_SUM";
+    case ReduceOp::SUM:
+      return "SUM";
+    case ReduceOp::PRODUCT:
+      return "PRODUCT";
+    case ReduceOp::MIN:
+      return "MIN";
+    case ReduceOp::MAX:
+      return "MAX";
+    case ReduceOp::AVG:
+      return "AVG";
+    case ReduceOp::BAND:
+      return "BAND";
+    case ReduceOp::BOR:
+      return "BOR";
+    case ReduceOp::BXOR:
+      return "BXOR";
+    case ReduceOp::PREMUL_SUM:
+      return "PREMUL_SUM";
   }
   return "?";
 }
@@ -53,24 +66,33 @@ void check_floating(DType t, const char* what) {
   }
 }
 
-void check_pointers(const void* dst, const void* a, const void* b, size_t count,
-                    const char* what) {
+void check_pointers(const void* dst, const void* a, const void* b, size_t count, const char* what) {
   if (count > 0 && (dst == nullptr || a == nullptr || b == nullptr)) {
     throw InvalidArgument(std::string(what) + ": null buffer for " + std::to_string(count) +
                           " elements");
   }
 }
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+// F16C from CPUID leaf 1 (ECX bit 29): older compilers' __builtin_cpu_supports lacks it.
+bool cpu_has_f16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return false;
+  return (ecx >> 29) & 1u;
+}
+#endif
+
 bool cpu_has(ReduceIsa isa) {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
   switch (isa) {
-    case ReduceIsa::Scalar: return true;
+    case ReduceIsa::Scalar:
+      return true;
     case ReduceIsa::Avx2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+      return __builtin_cpu_supports("avx2") && cpu_has_f16c();
     case ReduceIsa::Avx512:
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-             __builtin_cpu_supports("f16c");
+             cpu_has_f16c();
   }
   return false;
 #else
@@ -80,9 +102,12 @@ bool cpu_has(ReduceIsa isa) {
 
 const KernelTable* table_of(ReduceIsa isa) {
   switch (isa) {
-    case ReduceIsa::Scalar: return detail::scalar_table();
-    case ReduceIsa::Avx2: return detail::avx2_table();
-    case ReduceIsa::Avx512: return detail::avx512_table();
+    case ReduceIsa::Scalar:
+      return detail::scalar_table();
+    case ReduceIsa::Avx2:
+      return detail::avx2_table();
+    case ReduceIsa::Avx512:
+      return detail::avx512_table();
   }
   return nullptr;
 }
@@ -124,8 +149,8 @@ ReduceIsa resolve() {
 const KernelTable& checked_table(ReduceIsa isa) {
   if (!isa_supported(isa)) {
     throw NotSupportedError(std::string("reduction kernels: the ") + isa_name(isa) +
-                            " path is not available on this " +
-                            (table_of(isa) ? "CPU" : "build") + "; use scalar, or auto");
+                            " path is not available on this " + (table_of(isa) ? "CPU" : "build") +
+                            "; use scalar, or auto");
   }
   return *table_of(isa);
 }
@@ -134,9 +159,12 @@ const KernelTable& checked_table(ReduceIsa isa) {
 
 const char* isa_name(ReduceIsa isa) {
   switch (isa) {
-    case ReduceIsa::Scalar: return "scalar";
-    case ReduceIsa::Avx2: return "avx2";
-    case ReduceIsa::Avx512: return "avx512";
+    case ReduceIsa::Scalar:
+      return "scalar";
+    case ReduceIsa::Avx2:
+      return "avx2";
+    case ReduceIsa::Avx512:
+      return "avx512";
   }
   return "unknown";
 }
@@ -176,12 +204,13 @@ void check_reduce_op(ReduceOp op, DType dtype) {
       throw InvalidArgument(head +
                             "a pre-multiplied sum takes floating-point tensors (float16, "
                             "bfloat16, float32, float64)");
-    default: throw InvalidArgument(head + "this combination is not supported");
+    default:
+      throw InvalidArgument(head + "this combination is not supported");
   }
 }
 
-void reduce2_on(ReduceIsa isa, void* dst, const void* a, const void* b, size_t count,
-                DType dtype, ReduceOp op, double premul_scale, size_t nt_threshold) {
+void reduce2_on(ReduceIsa isa, void* dst, const void* a, const void* b, size_t count, DType dtype,
+                ReduceOp op, double premul_scale, size_t nt_threshold) {
   check_reduce_op(op, dtype);
   check_pointers(dst, a, b, count, "reduce");
   const KernelTable& t = checked_table(isa);
@@ -193,8 +222,7 @@ void reduce2_on(ReduceIsa isa, void* dst, const void* a, const void* b, size_t c
   fn(dst, a, b, count, premul_scale, nt);
 }
 
-void scale_on(ReduceIsa isa, void* dst, const void* src, size_t count, DType dtype,
-              double factor) {
+void scale_on(ReduceIsa isa, void* dst, const void* src, size_t count, DType dtype, double factor) {
   check_floating(dtype, "scale");
   check_pointers(dst, src, src, count, "scale");
   const KernelTable& t = checked_table(isa);

@@ -365,7 +365,9 @@ TEST_P(ReduceSweep, EveryOpSizeAndLayoutMatchesReference) {
         fill_random(t, a, n, rng);
         fill_random(t, b, n, rng);
         reference(t, op, a, b, want.data(), n, scale);
-        std::vector<uint8_t> a_in(a, a + n * w), b_in(b, b + n * w);
+        std::vector<uint8_t> a_in(n * w + 1), b_in(n * w + 1);  // never empty: data() != null
+        std::memcpy(a_in.data(), a, n * w);
+        std::memcpy(b_in.data(), b, n * w);
         uint8_t* d = layout == Layout::kDstIsA      ? a
                      : layout == Layout::kDstIsB    ? b
                      : layout == Layout::kStreaming ? dbuf.data() + 64 + w
