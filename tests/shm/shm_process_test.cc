@@ -207,7 +207,7 @@ TEST_F(ShmProcessTest, KilledPeerIsReportedAndLeavesNothingBehind) {
     const std::string& m = s.errors[0].second;
     EXPECT_NE(m.find("rank 1"), std::string::npos) << m;
     EXPECT_NE(m.find("pid " + std::to_string(pid)), std::string::npos) << m;
-    EXPECT_NE(m.find("exited or was killed"), std::string::npos) << m;
+    EXPECT_NE(m.find("was killed"), std::string::npos) << m;
     uint8_t x = 0;
     iovec v{&x, 1};
     EXPECT_EQ(ep.send({&v, 1}), PostStatus::PeerFailed);
@@ -215,6 +215,52 @@ TEST_F(ShmProcessTest, KilledPeerIsReportedAndLeavesNothingBehind) {
     for (int i = 0; i < 10; ++i) t->progress(s);
     EXPECT_EQ(s.errors.size(), 1u) << "reported once";
   }
+}
+
+// The killed peer had forked a child that inherited its sockets (as a data-loader worker
+// would): the sockets stay open, yet the survivor is told, through the peer's pidfd.
+TEST_F(ShmProcessTest, KilledPeerIsReportedEvenWhenItsChildHoldsTheSockets) {
+  ::prctl(PR_SET_CHILD_SUBREAPER, 1);  // the orphaned worker becomes ours to reap
+  Pipe to_child, to_parent;
+  pid_t pid = spawn([&]() -> bool {
+    auto t = make_shm(1, 2);
+    Sink s;
+    to_parent.write_blob(t->address());
+    auto addr = to_child.read_blob();
+    Endpoint& ep = t->connect(0, addr, Clock::now() + 20s);
+    if (!wait_blocking(*t, s, [&] { return ep.ready(); })) return false;
+    pid_t worker = ::fork();
+    if (worker == 0) {
+      ::sleep(30);  // holds the inherited sockets open; killed by the test
+      ::_exit(0);
+    }
+    uint32_t w = static_cast<uint32_t>(worker);
+    to_parent.write_blob({reinterpret_cast<uint8_t*>(&w), reinterpret_cast<uint8_t*>(&w) + 4});
+    wait_blocking(
+        *t, s, [] { return false; }, 60s);  // until killed
+    return true;
+  });
+  auto t = make_shm(0, 2);
+  Sink s;
+  auto addr = to_parent.read_blob();
+  ASSERT_FALSE(addr.empty());
+  to_child.write_blob(t->address());
+  Endpoint& ep = t->connect(1, addr, Clock::now() + 20s);
+  ASSERT_TRUE(wait_blocking(*t, s, [&] { return ep.ready(); }));
+  auto wb = to_parent.read_blob();
+  ASSERT_EQ(wb.size(), 4u);
+  pid_t worker;
+  std::memcpy(&worker, wb.data(), 4);
+  ::kill(pid, SIGKILL);
+  reap(pid);
+  bool told = wait_blocking(
+      *t, s, [&] { return !s.errors.empty(); }, 10s);
+  ::kill(worker, SIGKILL);
+  reap(worker);
+  ASSERT_TRUE(told) << "the survivor was not told of the dead peer";
+  EXPECT_NE(s.errors[0].second.find("pid " + std::to_string(pid)), std::string::npos)
+      << s.errors[0].second;
+  EXPECT_NE(s.errors[0].second.find("its process exited"), std::string::npos) << s.errors[0].second;
 }
 
 // Eight ranks in a token ring, each blocking in poll() on its wait_fd between turns: the

@@ -5,6 +5,7 @@
 #include <sys/epoll.h>
 #include <sys/random.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -222,6 +223,12 @@ void ShmTransport::try_connect(ShmEndpoint& ep) {
   ucred cred{};
   if (peer_cred(sock.get(), &cred)) ep.pid_ = cred.pid;
   if (ep.pid_ == 0) ep.pid_ = static_cast<pid_t>(ep.info_.pid);
+  // The sockets alone do not prove the peer alive: a child it forked may hold them open. A
+  // pidfd polls readable when the process itself exits.
+  if (ep.pid_ != ::getpid()) {
+    ep.pidfd_ = net::Fd(static_cast<int>(::syscall(SYS_pidfd_open, ep.pid_, 0)));
+    if (ep.pidfd_.valid()) watch(ep.pidfd_.get(), kTagPid | static_cast<uint32_t>(ep.peer_));
+  }
   Control hello;
   hello.type = ControlType::Hello;
   hello.src_rank = ctx_.rank;
@@ -276,6 +283,7 @@ void ShmTransport::fail(ShmEndpoint& ep, const std::string& reason) {
   events_.push_back({Event::Kind::PeerError, ep.peer_, 0, false, reason});
   ep.out_sock_.reset();  // the peer sees end of stream and reports us in turn
   ep.in_sock_.reset();
+  ep.pidfd_.reset();
   ep.in_attached_ = false;
 }
 
@@ -285,14 +293,27 @@ void ShmTransport::peer_closed(ShmEndpoint& ep, EventSink& sink, const std::stri
   for (int i = 0; i < 1024 && ep.in_attached_ && ep.in_.has_data() && !ep.failed_; ++i) {
     ep.poll_in(sink);
   }
+  // A goodbye may still sit unread in a socket (the pidfd can fire first).
+  for (net::Fd* sock : {&ep.in_sock_, &ep.out_sock_}) {
+    uint8_t buf[kMaxControl];
+    for (int i = 0; sock->valid() && i < 64; ++i) {
+      int fd = -1;
+      ssize_t n = recv_message(sock->get(), {buf, sizeof buf}, &fd);
+      if (fd >= 0) ::close(fd);
+      if (n <= 0) break;
+      Control c;
+      if (n > 1 && n <= static_cast<ssize_t>(sizeof buf) &&
+          decode_control({buf, static_cast<size_t>(n)}, &c).empty() && c.type == ControlType::Bye) {
+        ep.bye_ = true;
+      }
+    }
+  }
   std::string reason;
   if (ep.bye_) {
     reason = "shm: " + ep.who() + " closed its connection (its transport was shut down)";
   } else {
-    bool alive = ep.pid_ > 0 && (::kill(ep.pid_, 0) == 0 || errno == EPERM);
-    reason =
-        "shm: " + ep.who() + " closed its connection without a goodbye (" + how + "): " +
-        (alive ? "the process failed or reset the connection" : "the process exited or was killed");
+    reason = "shm: " + ep.who() + " went away without a goodbye (" + how +
+             "): the process exited, crashed or was killed";
   }
   fail(ep, reason);
 }

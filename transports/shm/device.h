@@ -63,6 +63,7 @@ class ShmTransport final : public Transport {
   static constexpr uint64_t kTagPending = 2ull << 56;
   static constexpr uint64_t kTagIn = 3ull << 56;
   static constexpr uint64_t kTagOut = 4ull << 56;
+  static constexpr uint64_t kTagPid = 5ull << 56;
   static constexpr uint64_t kTagMask = 0xffull << 56;
 
   struct Event {

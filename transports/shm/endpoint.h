@@ -69,6 +69,7 @@ class ShmEndpoint final : public Endpoint {
   PeerInfo info_;  ///< the peer's listening socket, probe word and instance
   bool have_info_ = false;
   pid_t pid_ = 0;     ///< the peer's pid as seen here (SO_PEERCRED)
+  net::Fd pidfd_;     ///< polls readable when the peer's process exits
   bool cma_ = false;  ///< puts by process_vm_writev toward this peer
   std::chrono::steady_clock::time_point deadline_{};
   std::chrono::steady_clock::time_point next_try_{};

@@ -34,13 +34,15 @@ int ShmTransport::socket_pass(EventSink& sink) {
       accept_all();
     } else if (kind == kTagPending) {
       read_pending(low);
-    } else if (kind == kTagIn || kind == kTagOut) {
+    } else if (kind == kTagIn || kind == kTagOut || kind == kTagPid) {
       auto it = eps_.find(static_cast<int>(low));
       if (it == eps_.end() || it->second->failed_) continue;
       if (kind == kTagIn) {
         read_in(*it->second, sink);
-      } else {
+      } else if (kind == kTagOut) {
         read_out(*it->second, sink);
+      } else {
+        peer_closed(*it->second, sink, "its process exited");
       }
     }
   }

@@ -127,6 +127,7 @@ Segment Segment::create(size_t bytes, const std::string& dir, const std::string&
                          std::strerror(errno));
   }
   s.base_ = static_cast<uint8_t*>(p);
+  ::madvise(p, bytes, MADV_DONTFORK);  // a child the user forks must not keep rings alive
   return s;
 }
 
@@ -148,6 +149,7 @@ Segment Segment::attach(int fd, size_t bytes, const std::string& what) {
   }
   s.base_ = static_cast<uint8_t*>(p);
   s.size_ = bytes;
+  ::madvise(p, bytes, MADV_DONTFORK);
   s.close_fd();
   return s;
 }
