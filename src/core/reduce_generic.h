@@ -4,7 +4,7 @@
 // template here is instantiated on that tag, so each path's code has internal linkage and
 // can never be merged with another path's by the linker.
 //
-// Include this file only after <cstddef>, <cstdint>, <cstring>, <type_traits>,
+// Include this file only after <cstddef>, <cstdint>, <cstring>, <type_traits>, <utility>,
 // "tpcomm/types.hpp" and "core/reduce_table.h" (included again here for readers; they must
 // already have been compiled for the baseline target before any target pragma).
 //
@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
+#include <utility>
 
 #include "core/reduce_table.h"
 #include "tpcomm/types.hpp"
