@@ -169,7 +169,15 @@ const char* isa_name(ReduceIsa isa) {
   return "unknown";
 }
 
-bool isa_supported(ReduceIsa isa) { return table_of(isa) != nullptr && cpu_has(isa); }
+bool isa_supported(ReduceIsa isa) {
+  // Probed once: CPUID traps to the hypervisor in a VM (tens of microseconds per call).
+  static const bool kSupported[3] = {
+      table_of(ReduceIsa::Scalar) != nullptr && cpu_has(ReduceIsa::Scalar),
+      table_of(ReduceIsa::Avx2) != nullptr && cpu_has(ReduceIsa::Avx2),
+      table_of(ReduceIsa::Avx512) != nullptr && cpu_has(ReduceIsa::Avx512)};
+  auto i = static_cast<unsigned>(isa);
+  return i < 3 && kSupported[i];
+}
 
 ReduceIsa active_isa() {
   int v = g_isa.load(std::memory_order_acquire);
