@@ -473,9 +473,12 @@ Topology discover() {
   gethostname(host, sizeof(host) - 1);
   t.hostname = host;
   t.source = "hwloc";
-  unsigned v = hwloc_get_api_version();
-  t.hwloc_version = std::to_string(v >> 16) + "." + std::to_string((v >> 8) & 0xff) + "." +
-                    std::to_string(v & 0xff);
+  if (t.hwloc_version.empty()) {
+    // A live topology carries no release string; the API version is what the library offers.
+    unsigned v = hwloc_get_api_version();
+    t.hwloc_version = "API " + std::to_string(v >> 16) + "." + std::to_string((v >> 8) & 0xff) +
+                      "." + std::to_string(v & 0xff);
+  }
   TPLOG(INFO, TOPO) << "discovered " << t.hostname << ": " << t.packages.size() << " packages, "
                     << t.numa_nodes.size() << " NUMA nodes, " << t.gpus.size() << " GPUs, "
                     << t.nics.size() << " RDMA devices";
