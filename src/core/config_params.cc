@@ -97,9 +97,11 @@ constexpr Param kParams[] = {
    "before it sleeps until the progress thread wakes it.", "p2p"},
 
   // ---- collectives ----
-  {"TPCOMM_REDUCE_ISA", T::Enum, "auto", "auto|avx512|avx2|scalar",
-   "Instruction set of the host reduction kernels: auto picks the widest the CPU supports; a "
-   "forced path the CPU lacks falls back to auto with a warning.", "collectives"},
+  {"TPCOMM_REDUCE_ISA", T::Enum, "auto", "auto|avx512fp16|avx512|avx2|scalar",
+   "Instruction set of the host reduction kernels: auto picks the widest the CPU supports "
+   "(avx512fp16 is avx512 plus float16 arithmetic on half-precision lanes); a forced path the "
+   "CPU lacks falls back to auto with a warning. Every path gives the same bits.",
+   "collectives"},
   {"TPCOMM_REDUCE_NT_THRESHOLD", T::Size, "8M", "",
    "Out-of-place reductions writing at least this many bytes use non-temporal (streaming) "
    "stores: no read-for-ownership of the output (about 1.5x the bandwidth out of cache), but "

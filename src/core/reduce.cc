@@ -74,11 +74,17 @@ void check_pointers(const void* dst, const void* a, const void* b, size_t count,
 }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-// F16C from CPUID leaf 1 (ECX bit 29): older compilers' __builtin_cpu_supports lacks it.
+// F16C (CPUID leaf 1, ECX bit 29) and AVX512-FP16 (leaf 7, EDX bit 23) straight from CPUID:
+// older compilers' __builtin_cpu_supports knows neither name.
 bool cpu_has_f16c() {
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
   if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return false;
   return (ecx >> 29) & 1u;
+}
+bool cpu_has_avx512fp16() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+  return (edx >> 23) & 1u;
 }
 #endif
 
@@ -93,11 +99,32 @@ bool cpu_has(ReduceIsa isa) {
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
              cpu_has_f16c();
+    case ReduceIsa::Avx512Fp16:
+      return cpu_has(ReduceIsa::Avx512) && cpu_has_avx512fp16();
   }
   return false;
 #else
   return isa == ReduceIsa::Scalar;
 #endif
+}
+
+// The AVX-512 table with the AVX512-FP16 entries laid over it (built once).
+const KernelTable* merged_fp16_table() {
+  static const KernelTable* merged = []() -> const KernelTable* {
+    const KernelTable* base = detail::avx512_table();
+    const KernelTable* over = detail::avx512fp16_table();
+    if (base == nullptr || over == nullptr) return nullptr;
+    static KernelTable t = *base;
+    for (int d = 0; d < kNumDTypes; ++d) {
+      for (int o = 0; o < detail::kNumOps; ++o) {
+        if (over->binary[d][o] != nullptr) t.binary[d][o] = over->binary[d][o];
+      }
+      if (over->mul[d] != nullptr) t.mul[d] = over->mul[d];
+      if (over->div[d] != nullptr) t.div[d] = over->div[d];
+    }
+    return &t;
+  }();
+  return merged;
 }
 
 const KernelTable* table_of(ReduceIsa isa) {
@@ -108,11 +135,14 @@ const KernelTable* table_of(ReduceIsa isa) {
       return detail::avx2_table();
     case ReduceIsa::Avx512:
       return detail::avx512_table();
+    case ReduceIsa::Avx512Fp16:
+      return merged_fp16_table();
   }
   return nullptr;
 }
 
 ReduceIsa widest_supported() {
+  if (isa_supported(ReduceIsa::Avx512Fp16)) return ReduceIsa::Avx512Fp16;
   if (isa_supported(ReduceIsa::Avx512)) return ReduceIsa::Avx512;
   if (isa_supported(ReduceIsa::Avx2)) return ReduceIsa::Avx2;
   return ReduceIsa::Scalar;
@@ -126,9 +156,10 @@ ReduceIsa resolve() {
   std::string want = config::get_enum("TPCOMM_REDUCE_ISA");
   ReduceIsa isa = widest_supported();
   if (want != "auto") {
-    ReduceIsa forced = want == "avx512" ? ReduceIsa::Avx512
-                       : want == "avx2" ? ReduceIsa::Avx2
-                                        : ReduceIsa::Scalar;
+    ReduceIsa forced = want == "avx512fp16" ? ReduceIsa::Avx512Fp16
+                       : want == "avx512"   ? ReduceIsa::Avx512
+                       : want == "avx2"     ? ReduceIsa::Avx2
+                                            : ReduceIsa::Scalar;
     if (isa_supported(forced)) {
       isa = forced;
     } else {
@@ -165,18 +196,21 @@ const char* isa_name(ReduceIsa isa) {
       return "avx2";
     case ReduceIsa::Avx512:
       return "avx512";
+    case ReduceIsa::Avx512Fp16:
+      return "avx512fp16";
   }
   return "unknown";
 }
 
 bool isa_supported(ReduceIsa isa) {
   // Probed once: CPUID traps to the hypervisor in a VM (tens of microseconds per call).
-  static const bool kSupported[3] = {
+  static const bool kSupported[kNumReduceIsas] = {
       table_of(ReduceIsa::Scalar) != nullptr && cpu_has(ReduceIsa::Scalar),
       table_of(ReduceIsa::Avx2) != nullptr && cpu_has(ReduceIsa::Avx2),
-      table_of(ReduceIsa::Avx512) != nullptr && cpu_has(ReduceIsa::Avx512)};
+      table_of(ReduceIsa::Avx512) != nullptr && cpu_has(ReduceIsa::Avx512),
+      table_of(ReduceIsa::Avx512Fp16) != nullptr && cpu_has(ReduceIsa::Avx512Fp16)};
   auto i = static_cast<unsigned>(isa);
-  return i < 3 && kSupported[i];
+  return i < static_cast<unsigned>(kNumReduceIsas) && kSupported[i];
 }
 
 ReduceIsa active_isa() {

@@ -27,9 +27,14 @@
 namespace tpcomm::kernels {
 
 /// Instruction-set path of the kernels. TPCOMM_REDUCE_ISA forces one; tests run them all.
-enum class ReduceIsa : uint8_t { Scalar, Avx2, Avx512 };
+/// Avx512Fp16 is Avx512 with float16 arithmetic done on half-precision lanes (AVX512-FP16,
+/// Sapphire Rapids and later); the results are the same bits.
+enum class ReduceIsa : uint8_t { Scalar, Avx2, Avx512, Avx512Fp16 };
 
-/// "scalar", "avx2", "avx512".
+/// Number of ReduceIsa values.
+inline constexpr int kNumReduceIsas = 4;
+
+/// "scalar", "avx2", "avx512", "avx512fp16".
 const char* isa_name(ReduceIsa isa);
 
 /// True when this build contains the path and this CPU (and OS) can run it.

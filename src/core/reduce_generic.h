@@ -46,8 +46,10 @@ template <class T>
 struct LaneOf<T, false> {
   using type = std::remove_cvref_t<decltype(std::declval<T&>()[0])>;
 };
+// Lanes are integers or floating point (including _Float16, which older standard libraries
+// do not count as std::is_floating_point).
 template <class T>
-inline constexpr bool kFloatLane = std::is_floating_point_v<typename LaneOf<T>::type>;
+inline constexpr bool kFloatLane = !std::is_integral_v<typename LaneOf<T>::type>;
 
 // Keeps the compiler from fusing a multiply with the add that follows (an FMA rounds once,
 // the scalar path twice; all paths must agree bit for bit).

@@ -27,5 +27,7 @@ struct KernelTable {
 const KernelTable* scalar_table();
 const KernelTable* avx2_table();
 const KernelTable* avx512_table();
+/// Only the entries the AVX512-FP16 path replaces (float16 arithmetic); the rest are null.
+const KernelTable* avx512fp16_table();
 
 }  // namespace tpcomm::kernels::detail

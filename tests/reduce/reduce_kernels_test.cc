@@ -402,7 +402,8 @@ TEST_P(ReduceSweep, EveryOpSizeAndLayoutMatchesReference) {
 
 std::vector<SweepParam> sweep_params() {
   std::vector<SweepParam> v;
-  for (ReduceIsa isa : {ReduceIsa::Scalar, ReduceIsa::Avx2, ReduceIsa::Avx512}) {
+  for (int k = 0; k < kNumReduceIsas; ++k) {
+    auto isa = static_cast<ReduceIsa>(k);
     for (int i = 0; i < kNumDTypes; ++i) v.push_back({isa, static_cast<DType>(i)});
   }
   return v;
@@ -597,7 +598,8 @@ TEST_P(ReducePath, IntegersWrapAndHalvesRoundToNearestEven) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, ReducePath,
-                         testing::Values(ReduceIsa::Scalar, ReduceIsa::Avx2, ReduceIsa::Avx512),
+                         testing::Values(ReduceIsa::Scalar, ReduceIsa::Avx2, ReduceIsa::Avx512,
+                                         ReduceIsa::Avx512Fp16),
                          [](const testing::TestParamInfo<ReduceIsa>& i) {
                            return std::string(isa_name(i.param));
                          });
@@ -646,7 +648,7 @@ TEST(ReduceKernels, IsaVariableForcesThePath) {
     EXPECT_EQ(reload_isa(), ReduceIsa::Scalar);
     EXPECT_EQ(active_isa(), ReduceIsa::Scalar);
   }
-  for (ReduceIsa isa : {ReduceIsa::Avx2, ReduceIsa::Avx512}) {
+  for (ReduceIsa isa : {ReduceIsa::Avx2, ReduceIsa::Avx512, ReduceIsa::Avx512Fp16}) {
     ScopedEnv env("TPCOMM_REDUCE_ISA", isa_name(isa));
     ReduceIsa got = reload_isa();
     if (isa_supported(isa)) {
@@ -662,7 +664,9 @@ TEST(ReduceKernels, IsaVariableForcesThePath) {
     ScopedEnv env("TPCOMM_REDUCE_ISA", "AUTO");
     ReduceIsa got = reload_isa();
     EXPECT_TRUE(isa_supported(got));
-    if (isa_supported(ReduceIsa::Avx512)) {
+    if (isa_supported(ReduceIsa::Avx512Fp16)) {
+      EXPECT_EQ(got, ReduceIsa::Avx512Fp16);
+    } else if (isa_supported(ReduceIsa::Avx512)) {
       EXPECT_EQ(got, ReduceIsa::Avx512);
     }
   }
@@ -741,7 +745,7 @@ TEST(ReduceKernels, RefusesOpsThatDoNotApply) {
 }
 
 TEST(ReduceKernels, UnavailablePathIsRefusedClearly) {
-  for (ReduceIsa isa : {ReduceIsa::Avx2, ReduceIsa::Avx512}) {
+  for (ReduceIsa isa : {ReduceIsa::Avx2, ReduceIsa::Avx512, ReduceIsa::Avx512Fp16}) {
     if (isa_supported(isa)) continue;
     float f[1] = {1};
     try {
