@@ -26,6 +26,7 @@ if [[ "${1:-}" != "--no-sanitizers" ]]; then
   cmake --build build-asan -j "$jobs"
   echo "== sanitizer tests =="
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    LSAN_OPTIONS=suppressions=$root/tests/lsan.supp \
     ctest --test-dir build-asan -j "$jobs" --output-on-failure --timeout 600 -LE 'install|bench'
 fi
 
