@@ -314,6 +314,12 @@ void TCPStoreServer::Impl::on_readable(Conn& c) {
     size_t space = c.in.cap - c.in.len;
     ssize_t n = ::recv(c.fd, c.in.data.get() + c.in.len, space, MSG_DONTWAIT);
     if (n == 0) {
+      // The client is done sending; answers to what it sent still go out (best effort).
+      if (c.out.size() > c.out_pos) {
+        ssize_t rc = ::send(c.fd, c.out.data() + c.out_pos, c.out.size() - c.out_pos,
+                            MSG_NOSIGNAL | MSG_DONTWAIT);
+        (void)rc;
+      }
       close_conn(c, c.in.len ? "closed in the middle of a frame (" + std::to_string(c.in.len) +
                                    " bytes of it arrived)"
                              : (c.hello ? "" : "closed before the handshake"));

@@ -19,6 +19,8 @@ namespace {
 
 Bytes to_vec(std::span<const uint8_t> s) { return Bytes(s.begin(), s.end()); }
 
+constexpr size_t kMaxParkedPerConn = 4096;
+
 }  // namespace
 
 void TCPStoreServer::Impl::handle_frame(Conn& c, const Header& h, const uint8_t* payload) {
@@ -191,6 +193,14 @@ void TCPStoreServer::Impl::watch_key(const std::string& key, uint64_t waiter_id)
 }
 
 void TCPStoreServer::Impl::park(Conn& c, const Request& r) {
+  if (c.parked.size() >= kMaxParkedPerConn) {
+    // Our client has one request in flight; thousands parked on one connection is abuse.
+    reply_error(c, r.id, ErrorCode::kBadFrame,
+                "more than " + std::to_string(kMaxParkedPerConn) +
+                    " blocking requests parked on one connection; closing it");
+    c.close_after_flush = true;
+    return;
+  }
   uint64_t id = next_waiter++;
   Waiter& w = waiters[id];
   w.fd = c.fd;

@@ -194,6 +194,39 @@ TEST_F(TCPStoreRobust, OtherProtocolVersionIsRefused) {
   expect_serving();
 }
 
+TEST_F(TCPStoreRobust, ThousandsOfParkedRequestsOnOneConnection) {
+  RawConn raw(port());
+  raw.hello();
+  std::vector<uint8_t> many;
+  for (uint32_t i = 0; i < 5000; ++i) {
+    std::vector<uint8_t> b;
+    store_wire::Writer w(&b);
+    w.begin(Op::kWait, 10 + i);
+    w.u32(1);
+    w.str("never/" + std::to_string(i));
+    w.end();
+    many.insert(many.end(), b.begin(), b.end());
+  }
+  raw.send_bytes(many);
+  auto reply = raw.read_frame();
+  EXPECT_EQ(reply.op, static_cast<uint8_t>(Op::kError));
+  EXPECT_TRUE(contains(reply.text, "parked on one connection")) << reply.text;
+  EXPECT_TRUE(raw.closed_by_server());
+  expect_serving();
+}
+
+TEST_F(TCPStoreRobust, RepliesStillGoOutAfterTheClientHalfCloses) {
+  RawConn raw(port());
+  raw.hello();
+  raw.send_bytes(testing::frame(Op::kAdd, 7, {"half-closed"}, 3, true));
+  ::shutdown(raw.fd.get(), SHUT_WR);
+  auto reply = raw.read_frame();
+  EXPECT_EQ(reply.op, static_cast<uint8_t>(Op::kInt));
+  EXPECT_EQ(reply.integer, 3);
+  EXPECT_TRUE(raw.closed_by_server());
+  expect_serving();
+}
+
 TEST(TCPStoreLimits, TooManyClientsIsRefusedNamingTheVariable) {
   ScopedEnv e("TPCOMM_STORE_MAX_CLIENTS", "2");
   TCPStore m("127.0.0.1", 0, -1, true, 10s, false);  // client 1 (its own)
