@@ -340,6 +340,7 @@ void TCPStoreServer::Impl::on_readable(Conn& c) {
 
 void TCPStoreServer::Impl::process_input(Conn& c) {
   size_t pos = 0;
+  size_t want = 0;  // size of a frame known to be incomplete
   uint8_t* buf = c.in.data.get();
   while (pos < c.in.len) {
     size_t avail = c.in.len - pos;
@@ -396,7 +397,7 @@ void TCPStoreServer::Impl::process_input(Conn& c) {
     }
     size_t frame = store_wire::kHeaderSize + static_cast<size_t>(h.length);
     if (avail < frame) {
-      c.in.want = frame;
+      want = frame;
       break;
     }
     handle_frame(c, h, buf + pos + store_wire::kHeaderSize);
@@ -410,6 +411,7 @@ void TCPStoreServer::Impl::process_input(Conn& c) {
     return;
   }
   c.in.consume(pos);
+  c.in.want = want;
 }
 
 void TCPStoreServer::Impl::refuse_foreign(Conn& c, const uint8_t* p, size_t n) {

@@ -51,7 +51,6 @@ struct InBuffer {
     if (n == 0) return;
     len -= n;
     if (len) std::memmove(data.get(), data.get() + n, len);
-    want = 0;
     if (len == 0 && cap > (1u << 20)) clear();
   }
   void clear() {
