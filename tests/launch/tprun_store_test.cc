@@ -9,6 +9,7 @@
 
 #include "core/config.h"
 #include "launch/tprun_runner.h"
+#include "tpcomm/rendezvous.hpp"
 #include "tpcomm/store.hpp"
 
 namespace tpcomm::launch {
@@ -57,6 +58,39 @@ int store_worker() {
   }
 }
 
+// Run by tprun in each worker: env:// rendezvous (every rank a client of tprun's store, as
+// TPCOMM_USE_AGENT_STORE says), then all ranks meet through the store.
+int rdzv_worker() {
+  try {
+    config::reload();
+    RendezvousResult r = rendezvous("env://", -1, -1, std::chrono::seconds(60));
+    r.store->set("joined/" + std::to_string(r.rank), "yes");
+    std::vector<std::string> all;
+    for (int i = 0; i < r.world_size; ++i) all.push_back("joined/" + std::to_string(i));
+    r.store->wait(all, std::chrono::seconds(60));
+    int64_t n = r.store->add("count", 1);
+    std::cout << "rank " << r.rank << " of " << r.world_size << " joined via env:// (add -> "
+              << (n >= 1 && n <= r.world_size ? "ok" : "bad") << ")" << std::endl;
+    return 0;
+  } catch (const std::exception& e) {
+    std::cerr << "rdzv worker failed: " << e.what() << std::endl;
+    return 1;
+  }
+}
+
+TEST(TprunStore, EnvRendezvousReachesTheStoreTprunHosts) {
+  lt::RunResult r =
+      lt::run_tprun({"--standalone", "--nproc-per-node", "3", self_exe(), "--rdzv-worker"}, {},
+                    std::chrono::seconds(120));
+  std::string all = "status " + std::to_string(r.status) + "\n" + r.out + r.err;
+  EXPECT_EQ(r.status, 0) << all;
+  for (int rank = 0; rank < 3; ++rank)
+    EXPECT_TRUE(lt::contains(r.out, "[rank " + std::to_string(rank) + "]: rank " +
+                                        std::to_string(rank) +
+                                        " of 3 joined via env:// (add -> ok)"))
+        << all;
+}
+
 TEST(TprunStore, WorkersUseTheStoreHostedByTprunAcrossRestarts) {
   lt::RunResult r = lt::run_tprun({"--standalone", "--nproc-per-node", "2", "--max-restarts", "1",
                                    self_exe(), "--store-worker"},
@@ -80,6 +114,7 @@ TEST(TprunStore, WorkersUseTheStoreHostedByTprunAcrossRestarts) {
 // gtest's main, unless tprun started this program as a worker.
 int main(int argc, char** argv) {
   if (argc >= 2 && std::string(argv[1]) == "--store-worker") return tpcomm::launch::store_worker();
+  if (argc >= 2 && std::string(argv[1]) == "--rdzv-worker") return tpcomm::launch::rdzv_worker();
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
 }
