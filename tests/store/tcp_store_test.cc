@@ -472,6 +472,29 @@ TEST(TCPStore, MasterOnEveryAddress) {
   EXPECT_EQ(m.get_string("any"), "1");
 }
 
+TEST(TCPStore, WorksWithAndWithoutBusyPolling) {
+  for (const char* spin : {"0", "2ms", "50us"}) {
+    ScopedEnv e("TPCOMM_STORE_SPIN", spin);
+    auto m = make_master();
+    auto c = make_client(m->port());
+    for (int i = 0; i < 200; ++i) {
+      c->set("k" + std::to_string(i % 4), std::to_string(i));
+      EXPECT_EQ(c->get_string("k" + std::to_string(i % 4)), std::to_string(i)) << spin;
+    }
+    EXPECT_EQ(m->add("n", 1), 1);
+  }
+}
+
+TEST(TCPStore, MalformedSpinSettingIsAConfigError) {
+  ScopedEnv e("TPCOMM_STORE_SPIN", "fast");
+  try {
+    make_master();
+    FAIL();
+  } catch (const ConfigError& ex) {
+    EXPECT_TRUE(contains(ex.what(), "TPCOMM_STORE_SPIN")) << ex.what();
+  }
+}
+
 TEST(Tpstore, ServesAndStopsOnSigterm) {
   TpstoreProcess srv({"--job-id", "tpjob", "--world-size", "1"});
   ASSERT_NE(srv.port(), 0);
