@@ -313,8 +313,8 @@ Fd connect_to(const std::string& host, uint16_t port, Deadline deadline,
   }
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
   throw TimeoutError("cannot reach " + join_host_port(host, port) + " after " + std::to_string(ms) +
-                     " ms and " + std::to_string(attempts) + " attempt(s) (last error: " +
-                     last_error + "); is the server running and the address right?");
+                     " ms (last error: " + last_error + "; " + std::to_string(attempts) +
+                     " attempts); is the server running and the address right?");
 }
 
 void set_nonblocking(int fd, bool on) {
