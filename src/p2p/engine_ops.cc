@@ -135,12 +135,6 @@ std::shared_ptr<Op> Engine::post_recv(const GroupInfo& g, int src, int tag, cons
   op->posted_at = std::chrono::steady_clock::now();
   std::lock_guard<std::mutex> lk(mu_);
   if (shut_down_) throw AbortedError(op->describe() + ": the process group was destroyed");
-  if (src != kAnySource) {
-    auto dead = dead_peers_.find(src);
-    if (dead != dead_peers_.end())
-      throw PeerError(op->describe() + ": rank " + std::to_string(src) +
-                      " is unreachable: " + dead->second);
-  }
   size_t bytes = t.nbytes();
   auto start = reinterpret_cast<uintptr_t>(t.data);
   if (bytes > 0) {
@@ -167,7 +161,19 @@ std::shared_ptr<Op> Engine::post_recv(const GroupInfo& g, int src, int tag, cons
   }
   op->stage = Op::Stage::Posted;
   uint64_t msg = matcher_.post(g.id, src, tag, op->id);
-  if (msg) on_match_locked(op, msg);
+  if (msg) {
+    on_match_locked(op, msg);
+    return op;
+  }
+  // A message that arrived before its sender went away still matches (above); nothing
+  // more will come from a dead rank.
+  auto dead = src == kAnySource ? dead_peers_.end() : dead_peers_.find(src);
+  if (dead != dead_peers_.end()) {
+    std::string why =
+        op->describe() + ": rank " + std::to_string(src) + " is unreachable: " + dead->second;
+    fail_locked(op, std::make_exception_ptr(PeerError(why)));
+    throw PeerError(why);
+  }
   return op;
 }
 

@@ -81,7 +81,9 @@ void Engine::wait(Op& op, Deadline deadline) {
           sched_yield();
         } else {
           // Block: the progress thread drives the transports and wakes us on completion.
+          // Wake it too: our progress calls may have consumed the wake-up it armed for.
           stop_spinning();
+          wake_progress_thread();
           std::unique_lock<std::mutex> lk(mu_);
           while (!op.done.load(std::memory_order_acquire) && !deadline.expired() && !stop_) {
             auto until = std::min(deadline.when(), Clock::now() + std::chrono::milliseconds(100));
@@ -160,7 +162,7 @@ void Engine::progress_thread_main() {
       continue;
     }
     bool sleep = true;
-    int timeout_ms = 1000;
+    int timeout_ms = 200;  // a safety net; wake-ups come through the fds
     {
       std::lock_guard<std::mutex> lk(mu_);
       if (progress_locked() > 0) {

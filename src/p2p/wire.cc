@@ -40,13 +40,17 @@ size_t encode_header(const Header& h, uint8_t* out) {
   return static_cast<size_t>(p - out);
 }
 
-size_t encode_rts(const Header& h, const Rts& r, uint8_t* out) {
+size_t encode_rts(const Header& hdr, const Rts& r, uint8_t* out) {
+  Header h = hdr;
+  h.type = MsgType::Rts;
   uint8_t* p = out + encode_header(h, out);
   put<uint32_t>(p, r.send_id);
   return static_cast<size_t>(p - out);
 }
 
-size_t encode_cts(const Header& h, const Cts& c, uint8_t* out) {
+size_t encode_cts(const Header& hdr, const Cts& c, uint8_t* out) {
+  Header h = hdr;
+  h.type = MsgType::Cts;
   uint8_t* p = out + encode_header(h, out);
   put<uint32_t>(p, c.send_id);
   put<uint32_t>(p, c.recv_id);

@@ -57,7 +57,8 @@ inline constexpr size_t kMaxReason = 256;
 inline constexpr size_t kCtsFixed = kHeaderSize + 4 + 4 + 4 + 8 + 8 + 8 + 2 + 2;
 inline constexpr size_t kMaxCtsSize = kCtsFixed + transport::RemoteKey::kMaxBlob + kMaxReason;
 
-/// Encoders write into `out` (which must hold the size) and return the bytes written.
+/// Encoders write into `out` (which must hold the size) and return the bytes written;
+/// encode_rts and encode_cts set the header's type.
 size_t encode_header(const Header& h, uint8_t* out);
 size_t encode_rts(const Header& h, const Rts& r, uint8_t* out);
 size_t encode_cts(const Header& h, const Cts& c, uint8_t* out);
