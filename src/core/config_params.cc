@@ -99,8 +99,9 @@ constexpr Param kParams[] = {
   // ---- collectives ----
   {"TPCOMM_REDUCE_ISA", T::Enum, "auto", "auto|avx512fp16|avx512|avx2|scalar",
    "Instruction set of the host reduction kernels: auto picks the widest the CPU supports "
-   "(avx512fp16 is avx512 plus float16 arithmetic on half-precision lanes); a forced path the "
-   "CPU lacks falls back to auto with a warning. Every path gives the same bits.",
+   "(avx512fp16 is avx512 plus the AVX512-FP16 and AVX512-BF16 extensions, used for float16 "
+   "and bfloat16); a forced path the CPU lacks falls back to auto with a warning. Every path "
+   "gives the same bits.",
    "collectives"},
   {"TPCOMM_REDUCE_NT_THRESHOLD", T::Size, "8M", "",
    "Out-of-place reductions writing at least this many bytes use non-temporal (streaming) "

@@ -74,8 +74,8 @@ void check_pointers(const void* dst, const void* a, const void* b, size_t count,
 }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-// F16C (CPUID leaf 1, ECX bit 29) and AVX512-FP16 (leaf 7, EDX bit 23) straight from CPUID:
-// older compilers' __builtin_cpu_supports knows neither name.
+// F16C (CPUID leaf 1, ECX bit 29), AVX512-FP16 (leaf 7, EDX bit 23) and AVX512-BF16 (leaf 7
+// subleaf 1, EAX bit 5) straight from CPUID: older compilers' __builtin_cpu_supports lacks them.
 bool cpu_has_f16c() {
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
   if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return false;
@@ -85,6 +85,11 @@ bool cpu_has_avx512fp16() {
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
   if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
   return (edx >> 23) & 1u;
+}
+bool cpu_has_avx512bf16() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx)) return false;
+  return (eax >> 5) & 1u;
 }
 #endif
 
@@ -100,7 +105,7 @@ bool cpu_has(ReduceIsa isa) {
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
              cpu_has_f16c();
     case ReduceIsa::Avx512Fp16:
-      return cpu_has(ReduceIsa::Avx512) && cpu_has_avx512fp16();
+      return cpu_has(ReduceIsa::Avx512) && cpu_has_avx512fp16() && cpu_has_avx512bf16();
   }
   return false;
 #else
@@ -108,7 +113,7 @@ bool cpu_has(ReduceIsa isa) {
 #endif
 }
 
-// The AVX-512 table with the AVX512-FP16 entries laid over it (built once).
+// The AVX-512 table with the AVX512-FP16/BF16 entries laid over it (built once).
 const KernelTable* merged_fp16_table() {
   static const KernelTable* merged = []() -> const KernelTable* {
     const KernelTable* base = detail::avx512_table();

@@ -27,8 +27,9 @@
 namespace tpcomm::kernels {
 
 /// Instruction-set path of the kernels. TPCOMM_REDUCE_ISA forces one; tests run them all.
-/// Avx512Fp16 is Avx512 with float16 arithmetic done on half-precision lanes (AVX512-FP16,
-/// Sapphire Rapids and later); the results are the same bits.
+/// Avx512Fp16 is Avx512 plus the 16-bit float extensions of Sapphire Rapids and later:
+/// float16 arithmetic on half-precision lanes (AVX512-FP16) and the bfloat16 convert
+/// (AVX512-BF16); the results are the same bits.
 enum class ReduceIsa : uint8_t { Scalar, Avx2, Avx512, Avx512Fp16 };
 
 /// Number of ReduceIsa values.

@@ -27,7 +27,7 @@ struct KernelTable {
 const KernelTable* scalar_table();
 const KernelTable* avx2_table();
 const KernelTable* avx512_table();
-/// Only the entries the AVX512-FP16 path replaces (float16 arithmetic); the rest are null.
+/// Only the entries the AVX512-FP16/BF16 path replaces (float16 and bfloat16); others null.
 const KernelTable* avx512fp16_table();
 
 }  // namespace tpcomm::kernels::detail
