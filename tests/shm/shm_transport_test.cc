@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstring>
 #include <thread>
+#include <tuple>
 
 #include "shm/shm_test_util.h"
 #include "transports/shm/ring.h"
@@ -35,7 +36,8 @@ TEST_F(ShmTransportTest, CapabilitiesDescribeAHostTransport) {
 TEST_F(ShmTransportTest, MessagesOfEverySizeArriveInOrder) {
   auto a = make_shm(0, 2), b = make_shm(1, 2);
   Sink sa, sb;
-  auto [ab, ba] = connect_pair(*a, sa, 0, *b, sb, 1);
+  Endpoint *ab, *ba;
+  std::tie(ab, ba) = connect_pair(*a, sa, 0, *b, sb, 1);
   size_t max = a->capabilities().max_message;
   std::vector<size_t> sizes;
   for (size_t s = 0; s <= 300; ++s) sizes.push_back(s);
@@ -77,7 +79,8 @@ TEST_F(ShmTransportTest, FullRingGivesNoResourceThenDrains) {
   set_env("TPCOMM_SHM_RING_SIZE", "64K");
   auto a = make_shm(0, 2), b = make_shm(1, 2);
   Sink sa, sb;
-  auto [ab, ba] = connect_pair(*a, sa, 0, *b, sb, 1);
+  Endpoint *ab, *ba;
+  std::tie(ab, ba) = connect_pair(*a, sa, 0, *b, sb, 1);
   std::vector<uint8_t> data(4000);
   int sent = 0;
   for (;; ++sent) {
@@ -102,7 +105,8 @@ TEST_F(ShmTransportTest, FullRingGivesNoResourceThenDrains) {
 TEST_F(ShmTransportTest, OversizedMessageIsRejected) {
   auto a = make_shm(0, 2), b = make_shm(1, 2);
   Sink sa, sb;
-  auto [ab, ba] = connect_pair(*a, sa, 0, *b, sb, 1);
+  Endpoint *ab, *ba;
+  std::tie(ab, ba) = connect_pair(*a, sa, 0, *b, sb, 1);
   std::vector<uint8_t> big(a->capabilities().max_message + 1);
   iovec v{big.data(), big.size()};
   try {
@@ -134,7 +138,8 @@ void run_puts(bool cma) {
   auto a = make_shm(0, 2), b = make_shm(1, 2);
   EXPECT_EQ(a->capabilities().native_put, cma);
   Sink sa, sb;
-  auto [ab, ba] = connect_pair(*a, sa, 0, *b, sb, 1);
+  Endpoint *ab, *ba;
+  std::tie(ab, ba) = connect_pair(*a, sa, 0, *b, sb, 1);
   const size_t kBig = 64 << 20;
   std::vector<uint8_t> src(kBig + 64), dst(kBig + 64);
   for (size_t i = 0; i < src.size(); ++i) src[i] = pattern(3, i);
@@ -189,7 +194,8 @@ TEST_F(ShmTransportTest, ManyPutsAndMessagesInterleaved) {
     set_env("TPCOMM_SHM_PUT_CHUNK", "64K");
     auto a = make_shm(0, 2), b = make_shm(1, 2);
     Sink sa, sb;
-    auto [ab, ba] = connect_pair(*a, sa, 0, *b, sb, 1);
+    Endpoint *ab, *ba;
+    std::tie(ab, ba) = connect_pair(*a, sa, 0, *b, sb, 1);
     std::vector<uint8_t> src(1 << 20), dst(8 << 20);
     for (size_t i = 0; i < src.size(); ++i) src[i] = pattern(9, i);
     auto smr = a->register_memory(src.data(), src.size(), Device::cpu());
@@ -211,7 +217,8 @@ TEST_F(ShmTransportTest, ManyPutsAndMessagesInterleaved) {
 TEST_F(ShmTransportTest, PutRangeAndKeyChecks) {
   auto a = make_shm(0, 2), b = make_shm(1, 2), c = make_shm(0, 2);
   Sink sa, sb;
-  auto [ab, ba] = connect_pair(*a, sa, 0, *b, sb, 1);
+  Endpoint *ab, *ba;
+  std::tie(ab, ba) = connect_pair(*a, sa, 0, *b, sb, 1);
   std::vector<uint8_t> src(100), dst(100);
   auto smr = a->register_memory(src.data(), src.size(), Device::cpu());
   auto dmr = b->register_memory(dst.data(), dst.size(), Device::cpu());
@@ -240,7 +247,8 @@ TEST_F(ShmTransportTest, RingPutIntoDeregisteredRegionFailsThePeer) {
   set_env("TPCOMM_SHM_CMA", "0");
   auto a = make_shm(0, 2), b = make_shm(1, 2);
   Sink sa, sb;
-  auto [ab, ba] = connect_pair(*a, sa, 0, *b, sb, 1);
+  Endpoint *ab, *ba;
+  std::tie(ab, ba) = connect_pair(*a, sa, 0, *b, sb, 1);
   std::vector<uint8_t> src(100), dst(100);
   auto smr = a->register_memory(src.data(), src.size(), Device::cpu());
   auto dmr = b->register_memory(dst.data(), dst.size(), Device::cpu());
@@ -340,7 +348,8 @@ TEST_F(ShmTransportTest, ConnectionNotReadyByTheDeadlineIsReported) {
 TEST_F(ShmTransportTest, CleanShutdownDeliversWhatWasSentThenReports) {
   auto a = make_shm(0, 2), b = make_shm(1, 2);
   Sink sa, sb;
-  auto [ab, ba] = connect_pair(*a, sa, 0, *b, sb, 1);
+  Endpoint *ab, *ba;
+  std::tie(ab, ba) = connect_pair(*a, sa, 0, *b, sb, 1);
   for (uint32_t i = 0; i < 5; ++i) {
     iovec v{&i, 4};
     ASSERT_EQ(ba->send({&v, 1}), PostStatus::Ok);
@@ -359,7 +368,8 @@ TEST_F(ShmTransportTest, CleanShutdownDeliversWhatWasSentThenReports) {
 TEST_F(ShmTransportTest, DoorbellWakesASleepingReceiver) {
   auto a = make_shm(0, 2), b = make_shm(1, 2);
   Sink sa, sb;
-  auto [ab, ba] = connect_pair(*a, sa, 0, *b, sb, 1);
+  Endpoint *ab, *ba;
+  std::tie(ab, ba) = connect_pair(*a, sa, 0, *b, sb, 1);
   for (int round = 0; round < 3; ++round) {
     while (b->progress(sb) > 0) {
     }
@@ -382,7 +392,8 @@ TEST_F(ShmTransportTest, DrainingWakesASleepingSender) {
   set_env("TPCOMM_SHM_RING_SIZE", "64K");
   auto a = make_shm(0, 2), b = make_shm(1, 2);
   Sink sa, sb;
-  auto [ab, ba] = connect_pair(*a, sa, 0, *b, sb, 1);
+  Endpoint *ab, *ba;
+  std::tie(ab, ba) = connect_pair(*a, sa, 0, *b, sb, 1);
   std::vector<uint8_t> data(8000);
   iovec v{data.data(), data.size()};
   while (ab->send({&v, 1}) == PostStatus::Ok) {
@@ -405,7 +416,8 @@ TEST_F(ShmTransportTest, DrainingWakesASleepingSender) {
 TEST_F(ShmTransportTest, ArmSaysWhenWorkIsPending) {
   auto a = make_shm(0, 2), b = make_shm(1, 2);
   Sink sa, sb;
-  auto [ab, ba] = connect_pair(*a, sa, 0, *b, sb, 1);
+  Endpoint *ab, *ba;
+  std::tie(ab, ba) = connect_pair(*a, sa, 0, *b, sb, 1);
   uint8_t x = 1;
   iovec v{&x, 1};
   ASSERT_EQ(ab->send({&v, 1}), PostStatus::Ok);
