@@ -87,7 +87,9 @@ void allreduce_tree(CollComm& comm, void* data, size_t count, const Reducer& red
         }
       }
       // Reduce chunks whose pieces have all arrived; send them up (or, at the root, down).
-      while (s.up_done < s.K && (s.root() || s.up_done < s.down_posted + W)) {
+      const bool leaf = s.node.num_children() == 0;
+      while (s.up_done < s.K && (leaf || s.up_done < s.up_posted) &&
+             (s.root() || s.up_done < s.down_posted + W)) {
         size_t k = s.up_done;
         auto& rq = s.up_recv[k % W];
         if (!comm.test(rq[0]) || !comm.test(rq[1])) break;
