@@ -91,6 +91,9 @@ Slot* Engine::make_slot_locked(const std::string& name) {
     ctx.timeout = opt_.timeout;
     slot->tr = transport::create_transport(name, ctx);
     slot->caps = slot->tr->capabilities();
+    if (slot->caps.recv_slots > 0 && slot->caps.recv_slots < 4)
+      throw TransportError("transport '" + name + "' has " + std::to_string(slot->caps.recv_slots) +
+                           " receive slots; credit-based flow control needs 0 or at least 4");
     if (slot->caps.max_message < kMaxCtsSize)
       throw TransportError("transport '" + name + "' has max_message " +
                            std::to_string(slot->caps.max_message) + ", the protocol needs " +
@@ -336,15 +339,13 @@ bool Engine::try_post_locked(Link& l, Pending& p) {
   }
   bool credit_only =
       !p.is_put && p.hdr.size() >= kHeaderSize && p.hdr[2] == static_cast<uint8_t>(MsgType::Credit);
-  uint32_t returned = 0, returned_data = 0;
+  uint32_t returned = 0;
   if (l.flow) {
     if (l.credits < (credit_only ? 1u : 2u)) return false;
     if (!p.is_put) {
       returned = l.owed;
-      returned_data = l.owed_data;
       std::memcpy(p.hdr.data() + 4, &returned, 4);  // Header::credits
       l.owed = 0;
-      l.owed_data = 0;
     }
   }
   transport::PostStatus st;
@@ -362,7 +363,6 @@ bool Engine::try_post_locked(Link& l, Pending& p) {
     case transport::PostStatus::NoResource:
       if (l.flow) {
         l.owed += returned;
-        l.owed_data += returned_data;
       }
       return false;
     case transport::PostStatus::PeerFailed:
@@ -410,8 +410,11 @@ void Engine::send_put_locked(Link& l, std::shared_ptr<Op> op, size_t offset, siz
 }
 
 void Engine::return_credits_locked(Link& l) {
-  if (!l.flow || l.owed_data < std::max<uint32_t>(1, l.slots / 2) || l.credits < 1 || l.failed)
-    return;
+  // Once half the slots are owed (and we hold a credit for the message itself), return them
+  // explicitly. Each credit message consumes a slot too, but it returns at least two, so
+  // credit-only traffic dies out instead of ping-ponging; and two peers can never both wait
+  // for credits (docs/transport.md, "Flow control").
+  if (!l.flow || l.owed < l.slots / 2 || l.credits < 1 || l.failed) return;
   Header h;
   h.type = MsgType::Credit;
   h.src = opt_.rank;

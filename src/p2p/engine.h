@@ -60,7 +60,6 @@ struct Link {
   bool flow = false;       ///< credit-based flow control on
   uint32_t credits = 0;    ///< messages we may still send (flow)
   uint32_t owed = 0;       ///< bounce buffers consumed, not yet returned to the peer (flow)
-  uint32_t owed_data = 0;  ///< of which by data (messages other than credit returns, puts)
   uint32_t slots = 0;
   std::deque<Pending> queue;
   bool failed = false;

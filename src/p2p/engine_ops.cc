@@ -247,7 +247,6 @@ void Engine::handle_message(Slot& s, int peer, std::span<const uint8_t> data) {
   }
   if (l && !l->failed) {
     ++l->owed;
-    if (h.type != MsgType::Credit) ++l->owed_data;
     return_credits_locked(*l);
   }
 }
@@ -385,7 +384,6 @@ void Engine::handle_put_arrived(Slot& s, int peer, uint32_t imm) {
   }
   if (l && !l->failed) {
     ++l->owed;
-    ++l->owed_data;
     return_credits_locked(*l);
   }
 }
