@@ -97,6 +97,12 @@ constexpr Param kParams[] = {
    "before it sleeps until the progress thread wakes it.", "p2p"},
 
   // ---- collectives ----
+  {"TPCOMM_ALGO", T::String, "", "",
+   "Forces collective algorithms: rules 'op:algorithm' or 'op:min-max:algorithm' (sizes "
+   "inclusive, either end may be empty) separated by ';', first match wins, e.g. "
+   "'allreduce:0-64k:recursive_doubling;allreduce:ring;broadcast:tree'. Ops: broadcast, "
+   "allreduce, reduce, allgather, gather, scatter, reducescatter, alltoall, barrier; tpinfo and "
+   "ConfigError messages list each op's algorithms. Unset: a cost model picks.", "collectives"},
   {"TPCOMM_REDUCE_ISA", T::Enum, "auto", "auto|avx512fp16|avx512|avx2|scalar",
    "Instruction set of the host reduction kernels: auto picks the widest the CPU supports "
    "(avx512fp16 is avx512 plus the AVX512-FP16 and AVX512-BF16 extensions, used for float16 "
