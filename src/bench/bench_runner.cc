@@ -1,0 +1,230 @@
+// tpbench's sweep, buffer layouts, initialisation and checks.
+#include "bench/bench_runner.h"
+
+#include <chrono>
+#include <cmath>
+#include <vector>
+
+#include "collectives/select.h"
+#include "tpcomm/error.hpp"
+
+namespace tpcomm::bench {
+
+namespace {
+
+constexpr double kPremulScale = 0.5;
+
+// Values of the data-movement operations: varied, and exact in every dtype (<= 61).
+double move_value(int rank, size_t i) {
+  return static_cast<double>((static_cast<size_t>(rank) * 131 + i * 7) % 61 + 1);
+}
+
+// What dtype dt stores for v.
+double stored(DType dt, double v) {
+  uint8_t buf[8];
+  store_value(dt, buf, 0, v);
+  return load_value(dt, buf, 0);
+}
+
+// Fills the buffers of `c` with this rank's data, in the layout CollBenchComm::run reads.
+void init(const BenchCall& c, int r, int n) {
+  const std::string op = c.op->name;
+  const size_t p = c.shape.param, N = static_cast<size_t>(n);
+  auto fill = [&](void* buf, size_t offset, size_t count, auto value) {
+    for (size_t i = 0; i < count; ++i) store_value(c.dtype, buf, offset + i, value(i));
+  };
+  if (op == "allreduce" || op == "reduce") {
+    fill(c.in_place ? c.recv : c.send, 0, p, [&](size_t i) { return init_value(c.redop, r, i); });
+  } else if (op == "reducescatter") {
+    fill(c.send, 0, p * N, [&](size_t i) { return init_value(c.redop, r, i); });
+  } else if (op == "broadcast") {
+    if (r == c.root)
+      fill(c.in_place ? c.recv : c.send, 0, p, [&](size_t i) { return move_value(r, i); });
+  } else if (op == "allgather") {
+    if (c.in_place) {
+      fill(c.recv, p * static_cast<size_t>(r), p, [&](size_t i) { return move_value(r, i); });
+    } else {
+      fill(c.send, 0, p, [&](size_t i) { return move_value(r, i); });
+    }
+  } else if (op == "alltoall") {
+    fill(c.send, 0, p * N, [&](size_t i) { return move_value(r, i); });
+  } else if (op == "scatter") {
+    if (r == c.root) fill(c.send, 0, p * N, [&](size_t i) { return move_value(r, i); });
+  } else {  // gather, sendrecv
+    fill(c.send, 0, p, [&](size_t i) { return move_value(r, i); });
+  }
+}
+
+// Elements of this rank's result that differ from what they must be.
+int64_t count_wrong(const BenchCall& c, int r, int n) {
+  const std::string op = c.op->name;
+  const size_t p = c.shape.param, N = static_cast<size_t>(n);
+  int64_t wrong = 0;
+  auto check = [&](const void* buf, size_t offset, size_t count, auto want) {
+    for (size_t i = 0; i < count; ++i) {
+      if (!value_matches(c.dtype, load_value(c.dtype, buf, offset + i), want(i))) ++wrong;
+    }
+  };
+  auto reduced = [&](size_t i) {
+    return stored(c.dtype, expected_reduction(c.dtype, c.redop, kPremulScale, n, i));
+  };
+  if (op == "allreduce" || (op == "reduce" && r == c.root)) {
+    check(c.recv, 0, p, reduced);
+  } else if (op == "reducescatter") {
+    check(c.in_place ? c.send : c.recv, c.in_place ? p * static_cast<size_t>(r) : 0, p,
+          [&](size_t i) { return reduced(p * static_cast<size_t>(r) + i); });
+  } else if (op == "broadcast") {
+    check(c.recv, 0, p, [&](size_t i) { return stored(c.dtype, move_value(c.root, i)); });
+  } else if (op == "allgather" || (op == "gather" && r == c.root)) {
+    for (size_t j = 0; j < N; ++j) {
+      check(c.recv, j * p, p,
+            [&](size_t i) { return stored(c.dtype, move_value(static_cast<int>(j), i)); });
+    }
+  } else if (op == "alltoall") {
+    for (size_t j = 0; j < N; ++j) {
+      check(c.recv, j * p, p, [&](size_t i) {
+        return stored(c.dtype, move_value(static_cast<int>(j), p * static_cast<size_t>(r) + i));
+      });
+    }
+  } else if (op == "scatter") {
+    check(c.recv, 0, p, [&](size_t i) {
+      return stored(c.dtype, move_value(c.root, p * static_cast<size_t>(r) + i));
+    });
+  } else if (op == "sendrecv") {
+    check(c.recv, 0, p, [&](size_t i) { return stored(c.dtype, move_value((r - 1 + n) % n, i)); });
+  }
+  return wrong;
+}
+
+Measure measure(BenchComm& bc, BenchCall& call, const BenchOptions& o, std::string* algo) {
+  using Clock = std::chrono::steady_clock;
+  Measure m;
+  m.valid = true;
+  const int r = bc.rank(), n = bc.size();
+  init(call, r, n);
+  for (int i = 0; i < o.warmup; ++i) *algo = bc.run(call);
+  bc.barrier();
+  auto t0 = Clock::now();
+  for (int i = 0; i < o.iters; ++i) *algo = bc.run(call);
+  double mean_us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / o.iters;
+  m.time_us = bc.max(mean_us);
+  m.algbw = algbw_gbps(call.shape.size_bytes, m.time_us);
+  m.busbw = busbw_gbps(*call.op, call.shape.size_bytes, m.time_us, n);
+  if (o.check) {
+    init(call, r, n);
+    *algo = bc.run(call);
+    m.wrong = bc.sum(count_wrong(call, r, n));
+  }
+  return m;
+}
+
+}  // namespace
+
+std::vector<size_t> sweep_sizes(const BenchOptions& o) {
+  std::vector<size_t> sizes;
+  for (uint64_t s = o.min_bytes; s <= o.max_bytes;) {
+    sizes.push_back(static_cast<size_t>(s));
+    uint64_t next = o.increment > 0
+                        ? s + o.increment
+                        : static_cast<uint64_t>(std::ceil(static_cast<double>(s) * o.factor));
+    if (next <= s) next = s + 1;  // -b 0 with -f: 0, 1, 2, 4, ...
+    s = next;
+  }
+  return sizes;
+}
+
+double algbw_gbps(size_t bytes, double time_us) {
+  return time_us > 0 ? static_cast<double>(bytes) / time_us / 1e3 : 0;
+}
+
+double busbw_gbps(const OpDesc& op, size_t bytes, double time_us, int n) {
+  return algbw_gbps(bytes, time_us) * op.bus_factor(n);
+}
+
+SweepResult run_sweep(BenchComm& bc, const BenchOptions& o) {
+  SweepResult res;
+  res.nranks = bc.size();
+  res.transport = bc.transport();
+  const int n = bc.size(), r = bc.rank();
+  // The algorithm applies to the operations that have it; it must fit at least one.
+  bool algo_fits = o.algorithm.empty();
+  for (const std::string& name : o.ops) {
+    const OpDesc* d = find_bench_op(name);
+    if (d == nullptr) throw InvalidArgument("tpbench: unknown operation '" + name + "'");
+    if (d->rooted && o.root >= n) {
+      throw InvalidArgument("tpbench: root " + std::to_string(o.root) +
+                            " (-r) is out of range: " + std::to_string(n) + " ranks");
+    }
+    if (!o.algorithm.empty() && d->coll && coll::find_algorithm(*d->coll, o.algorithm))
+      algo_fits = true;
+  }
+  if (!algo_fits) {
+    std::string names;
+    for (const std::string& name : o.ops) {
+      const OpDesc* d = find_bench_op(name);
+      if (d->coll)
+        names += std::string(names.empty() ? "" : "; ") + d->name + ": " +
+                 coll::algorithm_names(*d->coll);
+    }
+    throw InvalidArgument("tpbench: no selected operation has an algorithm '" + o.algorithm +
+                          "' (-a); " + names);
+  }
+  const bool single = o.dtypes.size() == 1 && o.redops.size() == 1;
+  for (const std::string& name : o.ops) {
+    const OpDesc& d = *find_bench_op(name);
+    std::string algo_for_op =
+        d.coll && !o.algorithm.empty() && coll::find_algorithm(*d.coll, o.algorithm) ? o.algorithm
+                                                                                     : "";
+    for (DType dt : o.dtypes) {
+      std::vector<std::optional<ReduceOp>> redops;
+      if (d.reduces) {
+        for (ReduceOp op : o.redops) {
+          if (reduce_op_supports(op, dt)) {
+            redops.emplace_back(op);
+          } else if (single && o.ops.size() == 1) {
+            throw InvalidArgument(std::string("tpbench: --redop ") + reduce_op_name(op) +
+                                  " is not defined on " + dtype_name(dt) +
+                                  " (bitwise ops take integer and bool types; avg and premul_sum "
+                                  "floating types)");
+          }
+        }
+      } else {
+        redops.emplace_back(std::nullopt);
+      }
+      for (const auto& redop : redops) {
+        for (size_t bytes : sweep_sizes(o)) {
+          const size_t es = dtype_size(dt);
+          BenchCall call;
+          call.op = &d;
+          call.shape = d.shape(bytes, es, n, r, o.root);
+          std::vector<uint8_t> send(std::max<size_t>(call.shape.send_elems * es, 1));
+          std::vector<uint8_t> recv(std::max<size_t>(call.shape.recv_elems * es, 1));
+          call.send = send.data();
+          call.recv = recv.data();
+          call.dtype = dt;
+          call.redop = redop.value_or(ReduceOp::SUM);
+          call.premul_scale = kPremulScale;
+          call.root = o.root;
+          call.algorithm = algo_for_op;
+          call.slice_bytes = o.slice_bytes;
+          Row row;
+          row.op = d.name;
+          row.size = call.shape.size_bytes;
+          row.count = call.shape.count;
+          row.dtype = dt;
+          row.redop = redop;
+          row.root = d.rooted ? o.root : -1;
+          row.oop = measure(bc, call, o, &row.algorithm);
+          if (d.in_place) {
+            call.in_place = true;
+            row.ip = measure(bc, call, o, &row.algorithm);
+          }
+          res.rows.push_back(row);
+        }
+      }
+    }
+  }
+  return res;
+}
+
+}  // namespace tpcomm::bench

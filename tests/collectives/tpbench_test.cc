@@ -1,0 +1,273 @@
+// tpbench: argument parsing (every flag, every error), the size sweep, the descriptor table's
+// shapes and the nccl-tests bus-bandwidth factors, the three output formats, and end-to-end
+// sweeps of every operation, dtype and reduction over in-process ranks with checking on.
+#include "bench/tpbench.h"
+
+#include <gtest/gtest.h>
+
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "bench/bench_ops.h"
+#include "bench/bench_options.h"
+#include "bench/bench_output.h"
+#include "bench/bench_runner.h"
+#include "tpcomm/error.hpp"
+
+namespace tpcomm::bench {
+namespace {
+
+BenchOptions parse(std::vector<std::string> args) { return parse_bench_args(args); }
+
+std::string parse_error(std::vector<std::string> args) {
+  try {
+    parse_bench_args(args);
+  } catch (const InvalidArgument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+#define EXPECT_HAS(haystack, needle) \
+  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << (haystack)
+
+TEST(TpbenchArgs, DefaultsAreASensibleSweep) {
+  BenchOptions o = parse({});
+  EXPECT_EQ(o.min_bytes, 8u);
+  EXPECT_EQ(o.max_bytes, 64u << 20);
+  EXPECT_EQ(o.factor, 2);
+  EXPECT_EQ(o.ops, std::vector<std::string>{"allreduce"});
+  EXPECT_EQ(o.dtypes, std::vector<DType>{DType::Float32});
+  EXPECT_EQ(o.redops, std::vector<ReduceOp>{ReduceOp::SUM});
+  EXPECT_EQ(o.iters, 20);
+  EXPECT_EQ(o.warmup, 5);
+  EXPECT_TRUE(o.check);
+  EXPECT_FALSE(o.json || o.csv || o.help);
+}
+
+TEST(TpbenchArgs, EveryFlagShortAndLong) {
+  BenchOptions o = parse({"-b",        "1K",
+                          "-e",        "4M",
+                          "-f",        "4",
+                          "-o",        "allreduce,all_gather",
+                          "-d",        "float16,bf16",
+                          "--redop",   "max",
+                          "-r",        "2",
+                          "-n",        "7",
+                          "-w",        "3",
+                          "-c",        "0",
+                          "-a",        "ring",
+                          "-t",        "tcp",
+                          "--slice",   "64K",
+                          "--threads", "3",
+                          "--json"});
+  EXPECT_EQ(o.min_bytes, 1024u);
+  EXPECT_EQ(o.max_bytes, 4u << 20);
+  EXPECT_EQ(o.factor, 4);
+  EXPECT_EQ(o.ops, (std::vector<std::string>{"allreduce", "allgather"}));
+  EXPECT_EQ(o.dtypes, (std::vector<DType>{DType::Float16, DType::BFloat16}));
+  EXPECT_EQ(o.redops, std::vector<ReduceOp>{ReduceOp::MAX});
+  EXPECT_EQ(o.root, 2);
+  EXPECT_EQ(o.iters, 7);
+  EXPECT_EQ(o.warmup, 3);
+  EXPECT_FALSE(o.check);
+  EXPECT_EQ(o.algorithm, "ring");
+  EXPECT_EQ(o.transport, "tcp");
+  EXPECT_EQ(o.slice_bytes, 64u << 10);
+  EXPECT_EQ(o.threads, 3);
+  EXPECT_TRUE(o.json);
+  o = parse({"--minbytes=16", "--maxbytes", "32", "--stepbytes=8", "--op=all", "--datatype=all",
+             "--redop=all", "--iters=2", "--warmup_iters=0", "--check=1", "--csv", "-h"});
+  EXPECT_EQ(o.min_bytes, 16u);
+  EXPECT_EQ(o.increment, 8u);
+  EXPECT_EQ(o.ops.size(), bench_ops().size());
+  EXPECT_EQ(o.dtypes.size(), static_cast<size_t>(kNumDTypes));
+  EXPECT_EQ(o.redops.size(), 9u);
+  EXPECT_TRUE(o.csv);
+  EXPECT_TRUE(o.help);
+}
+
+TEST(TpbenchArgs, ErrorsNameTheFlagAndWhatItTakes) {
+  EXPECT_HAS(parse_error({"-x"}), "unknown option '-x'");
+  EXPECT_HAS(parse_error({"--bogus=1"}), "unknown option '--bogus=1'");
+  EXPECT_HAS(parse_error({"-b"}), "-b needs a value");
+  EXPECT_HAS(parse_error({"-b", "lots"}), "bad value 'lots' for -b: a size in bytes");
+  EXPECT_HAS(parse_error({"-f", "1"}), "bad value '1' for -f: a number above 1");
+  EXPECT_HAS(parse_error({"-o", "allreduse"}),
+             "bad value 'allreduse' for -o: an operation: allreduce, broadcast");
+  EXPECT_HAS(parse_error({"-d", "float7"}), "bad value 'float7' for -d");
+  EXPECT_HAS(parse_error({"--redop", "mean"}), "bad value 'mean' for --redop");
+  EXPECT_HAS(parse_error({"-n", "0"}), "bad value '0' for -n: an integer in [1,");
+  EXPECT_HAS(parse_error({"-c", "2"}), "bad value '2' for -c");
+  EXPECT_HAS(parse_error({"-b", "1M", "-e", "1K"}), "-b 1048576 is larger than -e 1024");
+  EXPECT_HAS(parse_error({"--json", "--csv"}), "choose one of --json and --csv");
+  EXPECT_HAS(bench_usage(), "-b, --minbytes");
+  EXPECT_HAS(bench_usage(), "busbw");
+}
+
+TEST(TpbenchSweep, SizesFollowFactorOrIncrement) {
+  BenchOptions o;
+  o.min_bytes = 8;
+  o.max_bytes = 100;
+  o.factor = 2;
+  EXPECT_EQ(sweep_sizes(o), (std::vector<size_t>{8, 16, 32, 64}));
+  o.increment = 40;
+  EXPECT_EQ(sweep_sizes(o), (std::vector<size_t>{8, 48, 88}));
+  o.increment = 0;
+  o.min_bytes = 0;
+  o.max_bytes = 4;
+  EXPECT_EQ(sweep_sizes(o), (std::vector<size_t>{0, 1, 2, 4}));
+}
+
+TEST(TpbenchFormulas, BusBandwidthFactorsAreThoseOfNcclTests) {
+  auto factor = [](const char* op, int n) { return find_bench_op(op)->bus_factor(n); };
+  EXPECT_DOUBLE_EQ(factor("allreduce", 8), 2.0 * 7 / 8);
+  EXPECT_DOUBLE_EQ(factor("reducescatter", 8), 7.0 / 8);
+  EXPECT_DOUBLE_EQ(factor("allgather", 4), 3.0 / 4);
+  EXPECT_DOUBLE_EQ(factor("broadcast", 8), 1.0);
+  EXPECT_DOUBLE_EQ(factor("reduce", 8), 1.0);
+  EXPECT_DOUBLE_EQ(factor("alltoall", 5), 4.0 / 5);
+  EXPECT_DOUBLE_EQ(factor("gather", 2), 0.5);
+  EXPECT_DOUBLE_EQ(factor("scatter", 2), 0.5);
+  EXPECT_DOUBLE_EQ(factor("sendrecv", 8), 1.0);
+  // algbw = S / t in GB/s; 1 MB in 1000 us is 1 GB/s.
+  EXPECT_DOUBLE_EQ(algbw_gbps(1000000, 1000), 1.0);
+  EXPECT_DOUBLE_EQ(busbw_gbps(*find_bench_op("allreduce"), 1000000, 1000, 4), 1.5);
+  EXPECT_EQ(find_bench_op("all_reduce"), find_bench_op("allreduce"));
+  EXPECT_EQ(find_bench_op("nope"), nullptr);
+}
+
+TEST(TpbenchFormulas, ShapesRoundToTheGroupAndSizeTheBuffers) {
+  // all_gather: S is the whole output; 100 B of float32 over 3 ranks -> 8 per rank, S = 96.
+  Shape s = find_bench_op("allgather")->shape(100, 4, 3, 0, 0);
+  EXPECT_EQ(s.param, 8u);
+  EXPECT_EQ(s.size_bytes, 96u);
+  EXPECT_EQ(s.count, 24u);
+  EXPECT_EQ(s.send_elems, 8u);
+  EXPECT_EQ(s.recv_elems, 24u);
+  s = find_bench_op("reducescatter")->shape(100, 4, 3, 1, 0);
+  EXPECT_EQ(s.send_elems, 24u);
+  EXPECT_EQ(s.recv_elems, 8u);
+  s = find_bench_op("allreduce")->shape(100, 8, 3, 1, 0);
+  EXPECT_EQ(s.param, 12u);
+  EXPECT_EQ(s.size_bytes, 96u);
+  s = find_bench_op("gather")->shape(64, 4, 4, 1, 0);  // not the root: no receive buffer
+  EXPECT_EQ(s.recv_elems, 0u);
+  s = find_bench_op("gather")->shape(64, 4, 4, 0, 0);
+  EXPECT_EQ(s.recv_elems, 16u);
+  s = find_bench_op("alltoall")->shape(64, 4, 4, 2, 0);
+  EXPECT_EQ(s.send_elems, 16u);
+  EXPECT_EQ(s.param, 4u);
+}
+
+SweepResult sample() {
+  SweepResult r;
+  r.nranks = 4;
+  r.transport = "local";
+  Row a;
+  a.op = "allreduce";
+  a.size = 1024;
+  a.count = 256;
+  a.redop = ReduceOp::SUM;
+  a.oop = {true, 10.0, 0.1024, 0.1536, 0};
+  a.ip = {true, 20.0, 0.0512, 0.0768, 0};
+  a.algorithm = "ring";
+  Row b = a;
+  b.op = "gather";
+  b.redop.reset();
+  b.root = 0;
+  b.ip = {};
+  b.oop.wrong = 3;
+  r.rows = {a, b};
+  return r;
+}
+
+TEST(TpbenchOutput, TableHasNcclTestsColumnsAndClosingLines) {
+  std::ostringstream os;
+  print_table(os, BenchOptions{}, sample());
+  std::string t = os.str();
+  EXPECT_HAS(
+      t, "#       size         count      type   redop    root     time   algbw   busbw #wrong");
+  EXPECT_HAS(t,
+             "        1024           256   float32     sum      -1    10.00    0.10    0.15      0 "
+             "   20.00    0.05    0.08      0  ring");
+  EXPECT_HAS(t, "    N/A     N/A     N/A    N/A  ring");
+  EXPECT_HAS(t, "# Out of bounds values : 3 FAILED");
+  EXPECT_HAS(t, "# Avg bus bandwidth    : 0.1280");  // (0.1536 + 0.0768 + 0.1536) / 3
+  EXPECT_DOUBLE_EQ(average_busbw(sample()), (0.1536 + 0.0768 + 0.1536) / 3);
+  EXPECT_EQ(total_wrong(sample()), 3);
+}
+
+TEST(TpbenchOutput, JsonAndCsv) {
+  std::ostringstream js, cs;
+  print_json(js, BenchOptions{}, sample());
+  EXPECT_HAS(js.str(), "\"nranks\": 4");
+  EXPECT_HAS(js.str(),
+             "{\"op\": \"allreduce\", \"size\": 1024, \"count\": 256, \"type\": \"float32\", "
+             "\"redop\": \"sum\", \"root\": -1, \"algorithm\": \"ring\", \"out_of_place\": "
+             "{\"time_us\": 10.000, \"algbw\": 0.1024, \"busbw\": 0.1536, \"wrong\": 0}");
+  EXPECT_HAS(js.str(), "\"in_place\": null");
+  EXPECT_HAS(js.str(), "\"avg_busbw\": 0.1280, \"wrong\": 3}");
+  print_csv(cs, BenchOptions{}, sample());
+  EXPECT_HAS(cs.str(), "op,size,count,type,redop,root,algorithm,oop_time_us");
+  EXPECT_HAS(cs.str(), "allreduce,1024,256,float32,sum,-1,ring,10.000,0.1024,0.1536,0,20.000,");
+  EXPECT_HAS(cs.str(), "gather,1024,256,float32,none,0,ring,10.000,0.1024,0.1536,3,,,,\n");
+}
+
+// Runs tpbench in process and returns (exit code, stdout + stderr).
+std::pair<int, std::string> tpbench(std::vector<std::string> args) {
+  std::ostringstream out, err;
+  int rc = 0;
+  try {
+    rc = run_tpbench(parse_bench_args(args), out, err);
+  } catch (const std::exception& e) {
+    return {2, e.what()};
+  }
+  return {rc, out.str() + err.str()};
+}
+
+TEST(TpbenchRun, EveryOperationChecksCleanOverThreeRanks) {
+  auto [rc, text] = tpbench({"--threads", "3", "-o", "all", "-b", "0", "-e", "4K", "-f", "8", "-n",
+                             "2", "-w", "1", "-r", "1"});
+  EXPECT_EQ(rc, 0) << text;
+  for (const OpDesc& d : bench_ops()) EXPECT_HAS(text, std::string("# ") + d.name + "\n");
+  EXPECT_HAS(text, "# Out of bounds values : 0 OK");
+  EXPECT_HAS(text, "# Avg bus bandwidth");
+}
+
+TEST(TpbenchRun, EveryDtypeAndReductionChecksClean) {
+  auto [rc, text] =
+      tpbench({"--threads", "5", "-o", "allreduce,reducescatter,reduce", "-d", "all", "--redop",
+               "all", "-b", "64", "-e", "64", "-n", "1", "-w", "0", "--csv"});
+  EXPECT_EQ(rc, 0) << text;
+  EXPECT_HAS(text, "allreduce,64,32,bfloat16,premul_sum");
+  EXPECT_HAS(text, "reducescatter,60,15,int32,bxor");
+  EXPECT_EQ(text.find("float32,bxor"), std::string::npos) << "unsupported pairs are skipped";
+}
+
+TEST(TpbenchRun, ForcedAlgorithmIsReportedAndJsonWorks) {
+  auto [rc, text] = tpbench({"--threads", "4", "-a", "tree", "-b", "1K", "-e", "16K", "-f", "4",
+                             "-n", "2", "-w", "0", "--slice", "256", "--json"});
+  EXPECT_EQ(rc, 0) << text;
+  EXPECT_HAS(text, "\"algorithm\": \"tree\", \"out_of_place\"");
+  EXPECT_HAS(text, "\"wrong\": 0}");
+}
+
+TEST(TpbenchRun, OptionsThatDoNotFitTheGroupFailClearly) {
+  auto [rc, text] = tpbench({"--threads", "2", "-o", "broadcast", "-r", "2", "-e", "8"});
+  EXPECT_EQ(rc, 2);
+  EXPECT_HAS(text, "root 2 (-r) is out of range: 2 ranks");
+  std::tie(rc, text) = tpbench({"--threads", "2", "--redop", "bxor", "-e", "8"});
+  EXPECT_EQ(rc, 2);
+  EXPECT_HAS(text, "--redop bxor is not defined on float32");
+  std::tie(rc, text) = tpbench({"--threads", "2", "-o", "gather", "-a", "ring", "-e", "8"});
+  EXPECT_EQ(rc, 2);
+  EXPECT_HAS(text, "no selected operation has an algorithm 'ring' (-a); gather: binomial, linear");
+  std::tie(rc, text) = tpbench({"-h"});
+  EXPECT_EQ(rc, 0);
+  EXPECT_HAS(text, "usage:");
+}
+
+}  // namespace
+}  // namespace tpcomm::bench
