@@ -99,9 +99,12 @@ void TCPStoreClient::handshake(const std::string& job_id, bool master_self, Dead
   send_request(deadline, What{"the handshake"});
   uint32_t got = read_reply(id, 0, deadline, What{"the handshake"});
   if (got == 0) {
-    fail("TCPStore at " + addr_ + ": no answer to the handshake within " +
-         std::to_string(timeout.count()) +
-         " ms; is a tpcomm store listening there (not another program), and is it overloaded?");
+    broken_ = "TCPStore at " + addr_ + ": no answer to the handshake within " +
+              std::to_string(timeout.count()) +
+              " ms; is a tpcomm store listening there (not another program), and is it "
+              "overloaded?";
+    fd_.reset();
+    throw TimeoutError(broken_);
   }
   if (reply_.op == static_cast<uint8_t>(Op::kError)) {
     std::string msg(reply_.message);

@@ -314,6 +314,18 @@ TEST(TCPStore, ClientOfAnotherProgramsServerFailsClearly) {
   server.join();
 }
 
+TEST(TCPStore, SilentServerTimesOutTheHandshake) {
+  net::Fd lfd = net::listen_on("127.0.0.1", 0, 4, false);
+  uint16_t port = net::local_address(lfd.get()).port();
+  try {
+    TCPStore c("127.0.0.1", port, -1, false, 300ms);  // accepted by the backlog, never answered
+    FAIL() << "no handshake reply, yet constructed";
+  } catch (const TimeoutError& e) {
+    EXPECT_TRUE(contains(e.what(), "handshake")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "127.0.0.1:" + std::to_string(port))) << e.what();
+  }
+}
+
 TEST(TCPStore, WaitForWorkersReturnsWhenAllJoined) {
   uint16_t port = net::pick_free_port();
   std::atomic<bool> master_ready{false};
