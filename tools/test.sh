@@ -20,14 +20,26 @@ echo "== tests =="
 ctest --test-dir build-test -j "$jobs" --output-on-failure --timeout 300
 
 if [[ "${1:-}" != "--no-sanitizers" ]]; then
-  echo "== sanitizer build (clang, address+undefined) =="
+  # The in-process unit tests (no forked multi-rank jobs, which the first pass covers) and the
+  # fuzz targets, under ASan + UBSan; clang also builds the libFuzzer binaries.
+  san_areas=(core store rendezvous reduce net collectives)
+  targets=(tpstore)  # the store tests start it
+  for a in "${san_areas[@]}"; do
+    for f in tests/$a/*_test.cc; do targets+=("$(basename "$f" .cc)"); done
+  done
+  for f in tests/fuzz/*_fuzz.cc; do
+    n=$(basename "$f" .cc)
+    targets+=("$n" "${n}_replay")
+  done
+  echo "== sanitizer build (clang, address+undefined): ${#targets[@]} targets =="
   CC=clang CXX=clang++ cmake -S . -B build-asan -G Ninja -DTPCOMM_WERROR=ON \
     -DCMAKE_BUILD_TYPE=Debug -DTPCOMM_SANITIZE=address,undefined -DTPCOMM_BUILD_BENCH=OFF >/dev/null
-  cmake --build build-asan -j "$jobs"
+  cmake --build build-asan -j "$jobs" --target "${targets[@]}"
   echo "== sanitizer tests =="
+  labels=$(IFS='|'; echo "^(${san_areas[*]}|fuzz)\$")
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
     LSAN_OPTIONS=suppressions=$root/tests/lsan.supp \
-    ctest --test-dir build-asan -j "$jobs" --output-on-failure --timeout 600 -LE 'install|bench'
+    ctest --test-dir build-asan -j "$jobs" --output-on-failure --timeout 900 -L "$labels"
 fi
 
 shm_after=$(ls /dev/shm | grep -c '^tpcomm' || true)

@@ -18,6 +18,7 @@ constexpr const char* kUsage =
     "  --topo FILE   report on a stored machine: an hwloc XML export (v1 or v2) or a tpcomm\n"
     "                JSON dump (TPCOMM_TOPO_DUMP_FILE); nothing is bound\n"
     "  --json        the same report as one JSON document\n"
+    "  --vars-markdown  every TPCOMM_* variable as a markdown table (for the README)\n"
     "  --links       rank x rank transport matrix with a preflight of every link; run under\n"
     "                tprun (not available yet)\n";
 
@@ -44,6 +45,22 @@ int main(int argc, char** argv) {
       if (topo_file.empty()) return usage_error("--topo needs a file name");
     } else if (a == "--json") {
       json = true;
+    } else if (a == "--vars-markdown") {
+      // The README's table of variables, generated from the registry.
+      std::fputs("| variable | type | default | meaning |\n| --- | --- | --- | --- |\n", stdout);
+      for (const tpcomm::config::Param* p : tpcomm::config::all()) {
+        if (p->external) continue;
+        std::string allowed(p->allowed);
+        std::string type = tpcomm::config::type_name(p->type);
+        if (!allowed.empty() && allowed.size() < 60) type += " (" + allowed + ")";
+        for (size_t k = 0; (k = type.find('|', k)) != std::string::npos; k += 2)
+          type.replace(k, 1, "\\|");
+        std::printf("| `%.*s` | %s | `%.*s` | %.*s |\n", static_cast<int>(p->name.size()),
+                    p->name.data(), type.c_str(), static_cast<int>(p->default_value.size()),
+                    p->default_value.data(), static_cast<int>(p->description.size()),
+                    p->description.data());
+      }
+      return 0;
     } else if (a == "--links") {
       links = true;
     } else if (a == "-h" || a == "--help") {
