@@ -55,6 +55,8 @@ void check_reduce_op(ReduceOp op, DType dtype);
 /// dst = op(a, b) element-wise over `count` elements. For PREMUL_SUM, `a` is the running
 /// (already scaled) accumulator and `b` a fresh input: dst = a + premul_scale * b. The scale
 /// is applied in the compute type (float32 for 16- and 32-bit floats, float64 for Float64).
+/// An out-of-place result of nt_threshold() bytes or more is written with streaming stores
+/// (faster, but it is not left in the caches).
 void reduce2(void* dst, const void* a, const void* b, size_t count, DType dtype, ReduceOp op,
              double premul_scale = 1.0);
 
