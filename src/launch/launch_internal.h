@@ -35,6 +35,7 @@ class UniqueFd {
   UniqueFd& operator=(const UniqueFd&) = delete;
   int get() const { return fd_; }
   bool valid() const { return fd_ >= 0; }
+  int release() { return std::exchange(fd_, -1); }
   void reset(int fd = -1) {
     if (fd_ >= 0) ::close(fd_);
     fd_ = fd;
@@ -76,9 +77,9 @@ std::vector<std::string> merge_env(const std::vector<std::string>& base,
 /// One running worker: its own process group, stdout/stderr read through pipes.
 class Worker {
  public:
-  /// Starts `path` with argv and envp in a new process group (signals reset to default,
-  /// nothing blocked), its stdout and stderr on fresh non-blocking pipes. Throws Error
-  /// naming the program and the rank when it cannot be started.
+  /// Starts `path` with argv and envp in a new process group (tprun's handlers reset,
+  /// nothing blocked, killed when tprun dies), its stdout and stderr on fresh non-blocking
+  /// pipes. Throws Error naming the program and the rank when it cannot be started.
   Worker(int local_rank, int rank, const std::string& path, const std::vector<std::string>& argv,
          const std::vector<std::string>& envp);
   /// Kills the process group and reaps the worker if that did not happen yet (bounded).

@@ -283,8 +283,10 @@ class Attempt {
                   std::to_string(n) + (n == 1 ? " running worker" : " running workers") +
                   " (SIGKILL after " + std::to_string(o_.grace.count()) +
                   " ms; a second signal kills them now)");
-      stopping_ = true;
-      kill_at_ = Deadline::after(o_.grace);
+      if (!stopping_) {  // a failure's grace period already running is not extended
+        stopping_ = true;
+        kill_at_ = Deadline::after(o_.grace);
+      }
       signal_all(sig);
     } else if (!killed_) {
       say(o_, "tprun: received " + detail::signal_name(sig) + " again; killing the workers");

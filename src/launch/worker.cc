@@ -1,12 +1,13 @@
-// Worker processes of tprun: started with posix_spawn (safe while the store's server thread
-// runs), each in its own process group with its stdout/stderr on pipes; watched without
-// reaping until tprun is done signalling the group, then reaped.
+// Worker processes of tprun: forked and exec'd (the child runs only async-signal-safe code:
+// tprun has threads), each in its own process group with its stdout/stderr on pipes, killed
+// if tprun dies; watched without reaping until tprun is done signalling the group, then reaped.
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
-#include <spawn.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -114,20 +115,6 @@ void make_pipe(UniqueFd* read_end, UniqueFd* write_end, int rank) {
   ::fcntl(fds[0], F_SETFL, flags | O_NONBLOCK);
 }
 
-// Owns posix_spawn's attribute objects for one call.
-struct SpawnSetup {
-  posix_spawn_file_actions_t actions;
-  posix_spawnattr_t attr;
-  SpawnSetup() {
-    posix_spawn_file_actions_init(&actions);
-    posix_spawnattr_init(&attr);
-  }
-  ~SpawnSetup() {
-    posix_spawn_file_actions_destroy(&actions);
-    posix_spawnattr_destroy(&attr);
-  }
-};
-
 std::vector<char*> c_strings(const std::vector<std::string>& v) {
   std::vector<char*> out;
   out.reserve(v.size() + 1);
@@ -136,37 +123,91 @@ std::vector<char*> c_strings(const std::vector<std::string>& v) {
   return out;
 }
 
+// In the forked child, before execve: async-signal-safe calls only (tprun has threads, the
+// store's server among them). Never returns.
+[[noreturn]] void exec_child(pid_t parent, int out_w, int err_w, int report_w, const char* path,
+                             char* const* argv, char* const* envp) {
+  ::setpgid(0, 0);  // its own group: tprun signals the worker and all it starts
+  // If tprun dies (even by SIGKILL), the worker goes too rather than running on unsupervised.
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != parent) ::_exit(127);
+  // tprun's handlers must not run here; ignored signals stay ignored (nohup), except SIGPIPE,
+  // which only tprun ignores.
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGCHLD}) {
+    struct sigaction cur {};
+    ::sigaction(sig, nullptr, &cur);
+    if (cur.sa_handler != SIG_IGN) ::sigaction(sig, &dfl, nullptr);
+  }
+  ::sigaction(SIGPIPE, &dfl, nullptr);
+  ::dup2(out_w, STDOUT_FILENO);
+  ::dup2(err_w, STDERR_FILENO);
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  ::execve(path, argv, envp);
+  int e = errno;
+  ssize_t n = ::write(report_w, &e, sizeof(e));
+  (void)n;
+  ::_exit(127);
+}
+
+// A pipe fd below 3 would be clobbered by the child's dup2 onto stdout/stderr.
+int above_stdio(int fd) {
+  if (fd > STDERR_FILENO) return fd;
+  int moved = ::fcntl(fd, F_DUPFD_CLOEXEC, STDERR_FILENO + 1);
+  ::close(fd);
+  return moved;
+}
+
 }  // namespace
 
 Worker::Worker(int local_rank, int rank, const std::string& path,
                const std::vector<std::string>& argv, const std::vector<std::string>& envp)
     : local_rank_(local_rank), rank_(rank) {
-  UniqueFd out_w, err_w;
+  UniqueFd out_w, err_w, report_r, report_w;
   make_pipe(&out_, &out_w, rank);
   make_pipe(&err_, &err_w, rank);
-
-  SpawnSetup s;
-  posix_spawn_file_actions_adddup2(&s.actions, out_w.get(), STDOUT_FILENO);
-  posix_spawn_file_actions_adddup2(&s.actions, err_w.get(), STDERR_FILENO);
-  posix_spawnattr_setflags(&s.attr,
-                           POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-  posix_spawnattr_setpgroup(&s.attr, 0);
-  sigset_t none;
-  sigemptyset(&none);
-  posix_spawnattr_setsigmask(&s.attr, &none);
-  sigset_t defaults;
-  sigemptyset(&defaults);
-  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD, SIGPIPE, SIGUSR1, SIGUSR2})
-    sigaddset(&defaults, sig);
-  posix_spawnattr_setsigdefault(&s.attr, &defaults);
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0)
+    throw Error("tprun: cannot create a pipe for rank " + std::to_string(rank) + ": " +
+                strerror(errno));
+  report_r.reset(fds[0]);
+  report_w.reset(above_stdio(fds[1]));
+  out_w.reset(above_stdio(out_w.release()));
+  err_w.reset(above_stdio(err_w.release()));
 
   std::vector<char*> c_argv = c_strings(argv);
   std::vector<char*> c_envp = c_strings(envp);
-  pid_t pid = -1;
-  int rc = posix_spawn(&pid, path.c_str(), &s.actions, &s.attr, c_argv.data(), c_envp.data());
-  if (rc != 0)
+  pid_t parent = ::getpid();
+  // No handler may run in the child before it resets them.
+  sigset_t all, old;
+  sigfillset(&all);
+  ::pthread_sigmask(SIG_SETMASK, &all, &old);
+  pid_t pid = ::fork();
+  if (pid == 0)
+    exec_child(parent, out_w.get(), err_w.get(), report_w.get(), path.c_str(), c_argv.data(),
+               c_envp.data());
+  int fork_errno = errno;
+  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  if (pid < 0)
+    throw Error("tprun: cannot start rank " + std::to_string(rank) +
+                ": fork failed: " + strerror(fork_errno));
+  ::setpgid(pid, pid);  // also from here, so no signal can precede the child's own call
+  report_w.reset();
+  int child_errno = 0;
+  ssize_t n;
+  do {
+    n = ::read(report_r.get(), &child_errno, sizeof(child_errno));
+  } while (n < 0 && errno == EINTR);
+  if (n > 0) {  // execve failed; the child has exited
+    int st;
+    while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    }
     throw Error("tprun: cannot start rank " + std::to_string(rank) + " ('" + path +
-                "'): " + strerror(rc));
+                "'): " + strerror(child_errno));
+  }
   pid_ = pid;
   TPLOG(INFO, LAUNCH) << "tprun: started rank " << rank << " (local " << local_rank << ") as pid "
                       << pid << ": " << path;

@@ -111,6 +111,32 @@ TEST(Tprun, WhatAWorkerLeavesBehindIsStoppedAndReaped) {
   EXPECT_TRUE(kill(child, 0) != 0 && errno == ESRCH) << "pid " << child << " is still there";
 }
 
+// /proc/PID/stat state, or 0 once the process is gone.
+char proc_state(pid_t pid) {
+  std::string stat = lt::read_file("/proc/" + std::to_string(pid) + "/stat");
+  size_t paren = stat.rfind(')');
+  return paren == std::string::npos || paren + 2 >= stat.size() ? 0 : stat[paren + 2];
+}
+
+TEST(Tprun, WorkersDieWithTprunEvenOnSigkill) {
+  lt::TempDir d;
+  lt::TprunProcess p(job(2, "echo $$ > " + d.path() + "/pid_$RANK.tmp; mv " + d.path() +
+                                "/pid_$RANK.tmp " + d.path() + "/pid_$RANK; exec sleep 1000"));
+  ASSERT_TRUE(lt::wait_for_files({d.file("pid_0"), d.file("pid_1")}, std::chrono::seconds(30)));
+  p.signal(SIGKILL);
+  RunResult r = p.wait(std::chrono::seconds(60));
+  EXPECT_EQ(r.status, 137) << describe(r);
+  for (const char* name : {"pid_0", "pid_1"}) {
+    pid_t pid = std::stoi(lt::read_file(d.file(name)));
+    char state = 'R';
+    for (int i = 0; i < 1000 && state != 0 && state != 'Z'; ++i) {
+      state = proc_state(pid);
+      if (state != 0 && state != 'Z') usleep(10000);
+    }
+    EXPECT_TRUE(state == 0 || state == 'Z') << "worker pid " << pid << " outlived tprun";
+  }
+}
+
 TEST(Tprun, SigtermIsForwardedToWorkers) {
   lt::TempDir d;
   std::string script = "trap 'echo $RANK > " + d.path() + "/term_$RANK; exit 0' TERM; touch " +
