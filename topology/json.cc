@@ -339,7 +339,7 @@ Value& Value::push(Value v) {
 namespace {
 
 template <class>
-inline constexpr bool kAlwaysFalse = false;
+[[maybe_unused]] inline constexpr bool kAlwaysFalse = false;
 
 void write_value(std::string& out, const Value& v, int indent, int level) {
   v.visit([&](const auto& x) {
