@@ -38,6 +38,7 @@ std::string Op::describe() const {
 }
 
 void SinkAdapter::on_message(int peer, std::span<const uint8_t> data) {
+  s_->used = true;
   e_->handle_message(*s_, peer, data);
 }
 void SinkAdapter::on_put_arrived(int peer, uint32_t imm) { e_->handle_put_arrived(*s_, peer, imm); }
@@ -267,6 +268,7 @@ Link* Engine::link_locked(Slot& s, int peer) {
   auto deadline = std::chrono::steady_clock::now() + opt_.timeout;
   transport::Endpoint& ep =
       s.tr->connect(peer, std::span<const uint8_t>(addr).subspan(1), deadline);
+  s.used = true;
   auto l = std::make_unique<Link>();
   l->slot = &s;
   l->peer = peer;

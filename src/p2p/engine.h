@@ -168,7 +168,9 @@ class Engine : public std::enable_shared_from_this<Engine> {
   std::string group_name_locked(uint64_t group) const;
 
   // Progress.
-  int progress_locked();
+  /// One round over the transports and the backlog; unused transports only when
+  /// `everything` (or every 64th call).
+  int progress_locked(bool everything = false);
   void progress_thread_main();
   void wake_progress_thread();
   std::string waiting_for(const Op& op);
@@ -218,6 +220,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   int wake_fd_ = -1;
   bool any_without_fd_ = false;
   int64_t spin_us_ = 0, yield_us_ = 0;
+  uint64_t progress_calls_ = 0;
   bool shut_down_ = false;
 
   friend struct Slot;

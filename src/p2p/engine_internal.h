@@ -17,6 +17,7 @@ struct Incoming {
   Slot* slot = nullptr;
   std::vector<uint8_t> payload;   // owned copy once the bounce buffer is gone
   std::span<const uint8_t> view;  // the bytes, wherever they are
+  bool heap = true;               // owned by incoming_ (false: on handle_message's stack)
 };
 
 /// Forwards a transport's events to the engine, tagged with the transport they came from.
@@ -42,6 +43,7 @@ struct Slot {
   transport::Capabilities caps;
   SinkAdapter sink;
   size_t eager_limit = 0;
+  bool used = false;  ///< has links or traffic: progressed on every call, else now and then
 };
 
 /// Key of Engine::links_.

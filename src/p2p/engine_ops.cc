@@ -211,7 +211,10 @@ void Engine::handle_message(Slot& s, int peer, std::span<const uint8_t> data) {
                          << " for a destroyed group";
         break;
       }
-      auto* in = new Incoming{h, d->rts, &s, {}, d->payload};
+      // Most messages find their receive already posted: keep the record on the stack and
+      // move it to the heap only when it has to wait.
+      Incoming local{h, d->rts, &s, {}, d->payload, false};
+      Incoming* in = &local;
       uint64_t id = next_msg_id_++;
       incoming_[id] = in;
       std::vector<Match> matches;
@@ -219,7 +222,6 @@ void Engine::handle_message(Slot& s, int peer, std::span<const uint8_t> data) {
       matches.clear();
       if (!matcher_.arrive(ChannelKey{h.group, h.src, h.tag}, h.seq, id, &matches)) {
         incoming_.erase(id);
-        delete in;
         match_scratch_.swap(matches);
         fail_peer_locked(peer, "rank " + std::to_string(peer) + " sent sequence number " +
                                    std::to_string(h.seq) + " twice (group " +
@@ -238,9 +240,11 @@ void Engine::handle_message(Slot& s, int peer, std::span<const uint8_t> data) {
       }
       match_scratch_.swap(matches);
       if (!self_matched) {
-        // Out of the bounce buffer before it is reposted.
-        in->payload.assign(in->view.begin(), in->view.end());
-        in->view = in->payload;
+        // Out of the bounce buffer (and off the stack) before it is reposted.
+        auto* kept = new Incoming{local.h, local.rts, local.slot, {}, {}, true};
+        kept->payload.assign(local.view.begin(), local.view.end());
+        kept->view = kept->payload;
+        incoming_[id] = kept;
       }
       break;
     }
@@ -254,7 +258,8 @@ void Engine::handle_message(Slot& s, int peer, std::span<const uint8_t> data) {
 void Engine::on_match_locked(const std::shared_ptr<Op>& recv, uint64_t msg_id) {
   auto it = incoming_.find(msg_id);
   if (it == incoming_.end()) return;
-  std::unique_ptr<Incoming> in(it->second);
+  Incoming* in = it->second;
+  std::unique_ptr<Incoming> owner(in->heap ? in : nullptr);
   incoming_.erase(it);
   const Header& h = in->h;
   recv->source = h.src;

@@ -88,6 +88,7 @@ TEST(P2PFake, BrokenLinkFailsPendingWorkAndKeepsOthers) {
   FakeOptions fo;
   register_fake_transport(fo);
   std::atomic<int> posted{0};
+  std::atomic<bool> broken{false};
   run_threads(3, [&](int me, ProcessGroup& pg) {
     if (me == 0) {
       std::vector<int32_t> buf(10);
@@ -95,7 +96,9 @@ TEST(P2PFake, BrokenLinkFailsPendingWorkAndKeepsOthers) {
       ++posted;
       while (posted < 3) std::this_thread::yield();
       fake_break_link(0, 1);
+      broken = true;
       std::string err = error_of<PeerError>([&] { w->wait(std::chrono::seconds(20)); });
+      EXPECT_EQ(err.find("wrong exception"), std::string::npos) << err;
       EXPECT_NE(err.find("rank 1"), std::string::npos) << err;
       // Rank 2 is unaffected.
       int32_t x = 0;
@@ -103,6 +106,7 @@ TEST(P2PFake, BrokenLinkFailsPendingWorkAndKeepsOthers) {
       EXPECT_EQ(x, 42);
     } else {
       ++posted;
+      while (!broken) std::this_thread::yield();  // rank 1 must be alive when its link breaks
       if (me == 2) {
         while (posted < 3) std::this_thread::yield();
         int32_t x = 42;

@@ -438,13 +438,16 @@ void TcpTransport::shutdown_all() {
   auto until = std::chrono::steady_clock::now() +
                std::min<std::chrono::milliseconds>(ctx_.timeout, std::chrono::seconds(10));
   for (auto& [peer, ep] : endpoints_) {
-    if (ep->failed_ || !ep->ready_) continue;
-    for (Socket* s : ep->tx) {
+    if (ep->failed_) continue;
+    // Goodbye on every socket, those the peer sends on too: it then knows the end of each
+    // stream is intended.
+    for (Socket* s : ep->sockets) {
       if (!s || s->state != Socket::State::Open) continue;
       SendItem bye;
       Frame f;
       f.kind = FrameKind::Bye;
       encode_frame(f, bye.hdr);
+      s->queued_bytes += kFrameSize;
       s->msgs.push_back(std::move(bye));
       while ((!s->msgs.empty() || !s->puts.empty()) && flush(*s) &&
              std::chrono::steady_clock::now() < until) {

@@ -89,11 +89,16 @@ class TcpEndpoint : public transport::Endpoint {
                                           const transport::RemoteKey& dst, size_t dst_offset,
                                           size_t length, uint32_t imm, uint64_t cookie) override;
 
+  /// A post on a closed connection: queues the failure, answers PeerFailed.
+  transport::PostStatus closed();
+
   TcpTransport* dev_;
   int peer_;
   bool ready_ = false;
   bool failed_ = false;
   bool active_ = false;          ///< we connected (tx = our sockets)
+  bool bye_ = false;             ///< the peer said goodbye on one of its sockets
+  bool tx_closed_ = false;       ///< a socket we send on was closed by the peer
   uint16_t expected_ = 0;        ///< passive: sockets the peer announced
   std::vector<Socket*> tx;       ///< the sockets we send on, by index
   std::vector<Socket*> sockets;  ///< every socket of this peer (tx and receive-only)

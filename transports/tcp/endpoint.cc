@@ -17,8 +17,17 @@ constexpr size_t kMaxQueued = 64 << 20;
 
 }  // namespace
 
+transport::PostStatus TcpEndpoint::closed() {
+  if (!failed_)
+    dev_->fail_later(*this, "rank " + std::to_string(peer_) +
+                                (bye_ ? " closed the connection (it destroyed its process group "
+                                        "or exited)"
+                                      : " closed a connection without saying goodbye"));
+  return transport::PostStatus::PeerFailed;
+}
+
 transport::PostStatus TcpEndpoint::send(std::span<const iovec> iov) {
-  if (failed_) return transport::PostStatus::PeerFailed;
+  if (failed_ || tx_closed_) return closed();
   if (!ready_) return transport::PostStatus::NoResource;
   size_t total = 0;
   for (const iovec& v : iov) total += v.iov_len;
@@ -78,7 +87,7 @@ transport::PostStatus TcpEndpoint::send(std::span<const iovec> iov) {
 transport::PostStatus TcpEndpoint::put(const transport::MemoryRegion& src, size_t src_offset,
                                        const transport::RemoteKey& dst, size_t dst_offset,
                                        size_t length, uint32_t imm, uint64_t cookie) {
-  if (failed_) return transport::PostStatus::PeerFailed;
+  if (failed_ || tx_closed_) return closed();
   if (!ready_) return transport::PostStatus::NoResource;
   if (src_offset > src.length() || length > src.length() - src_offset)
     throw InvalidArgument("tcp put: source range [" + std::to_string(src_offset) + ", +" +

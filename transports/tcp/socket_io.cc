@@ -4,6 +4,7 @@
 #include <sys/epoll.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -188,11 +189,21 @@ int TcpTransport::read_frames(Socket& s, transport::EventSink& sink) {
     }
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return events;
     if (n == 0 && s.rtail - s.rhead == 0) {
-      return broken(s.bye ? "rank " + std::to_string(ep.peer_) +
-                                " closed the connection (it destroyed its process group or "
-                                "exited)"
-                          : "connection to rank " + std::to_string(ep.peer_) + " (" + s.where +
-                                ") lost: the peer closed it without saying goodbye (crashed?)");
+      // A clean end of stream. The peer's other sockets may still carry data (a put striped
+      // over them): the endpoint fails only when its last socket has closed.
+      if (s.bye) ep.bye_ = true;
+      bool tx = std::find(ep.tx.begin(), ep.tx.end(), &s) != ep.tx.end();
+      close_socket(s);
+      ep.sockets.erase(std::remove(ep.sockets.begin(), ep.sockets.end(), &s), ep.sockets.end());
+      if (tx) ep.tx_closed_ = true;
+      bool others = false;
+      for (Socket* o : ep.sockets) others = others || o->state == Socket::State::Open;
+      if (others) return events;
+      return broken(ep.bye_ ? "rank " + std::to_string(ep.peer_) +
+                                  " closed the connection (it destroyed its process group or "
+                                  "exited)"
+                            : "connection to rank " + std::to_string(ep.peer_) + " (" + s.where +
+                                  ") lost: the peer closed it without saying goodbye (crashed?)");
     }
     return broken(n == 0 ? "connection to rank " + std::to_string(ep.peer_) + " (" + s.where +
                                ") closed in the middle of a message"

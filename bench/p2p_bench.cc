@@ -1,0 +1,198 @@
+// Point-to-point latency and bandwidth between two forked ranks, over each transport,
+// through the public API (ProcessGroup send/recv/isend/irecv): the numbers a user sees.
+//
+//   bin/p2p_bench                          # tcp and shm, 8 B .. 256 MiB
+//   bin/p2p_bench --transport tcp --max 1M
+//   bin/p2p_bench --csv                    # machine-readable
+//
+// lat_us: one-way latency = half the median round trip of a blocking ping-pong.
+// bw_GBps: unidirectional bandwidth: rank 0 isends a window of messages, rank 1 irecvs them
+// and answers with 8 bytes; bytes / time, median of several samples (1 GB = 1e9 B).
+// memcpy_GBps: single-thread memcpy of the same size on this machine, for reference.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "tpcomm/tpcomm.hpp"
+#include "tpcomm/transport/transport.hpp"
+
+namespace {
+
+using namespace tpcomm;
+using Clock = std::chrono::steady_clock;
+
+struct Args {
+  std::vector<std::string> transports;
+  size_t min = 8, max = 256 << 20;
+  bool csv = false;
+  double seconds = 0.2;  // target time per measurement
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+std::string human(size_t b) {
+  char buf[32];
+  if (b >= (1u << 20) && b % (1u << 20) == 0)
+    std::snprintf(buf, sizeof buf, "%zu MiB", b >> 20);
+  else if (b >= 1024 && b % 1024 == 0)
+    std::snprintf(buf, sizeof buf, "%zu KiB", b >> 10);
+  else
+    std::snprintf(buf, sizeof buf, "%zu B", b);
+  return buf;
+}
+
+double memcpy_gbps(size_t bytes) {
+  std::vector<uint8_t> a(bytes, 1), b(bytes, 2);
+  int reps = static_cast<int>(std::max<size_t>(3, (256u << 20) / std::max<size_t>(bytes, 1)));
+  reps = std::min(reps, 100000);
+  std::vector<double> t;
+  for (int s = 0; s < 5; ++s) {
+    auto t0 = Clock::now();
+    for (int i = 0; i < reps; ++i) {
+      std::memcpy(b.data(), a.data(), bytes);
+      asm volatile("" : : "r"(b.data()) : "memory");
+    }
+    t.push_back(std::chrono::duration<double>(Clock::now() - t0).count() / reps);
+  }
+  return bytes / median(t) / 1e9;
+}
+
+// One rank of the benchmark. Rank 0 prints.
+void run_rank(int rank, const std::string& dir, const std::string& transport, const Args& a) {
+  auto store = std::make_shared<FileStore>(dir + "/store-" + transport, -1);
+  InitOptions o;
+  o.backend = transport;
+  auto pg = ProcessGroup::create(store, rank, 2, o);
+  int peer = 1 - rank;
+  std::vector<uint8_t> buf(a.max), buf2(a.max);
+  std::fill(buf.begin(), buf.end(), 1);
+  std::fill(buf2.begin(), buf2.end(), 2);
+  int64_t ack = 0;
+  std::vector<std::vector<uint8_t>> rbufs;
+  if (rank == 0 && !a.csv) {
+    std::printf("\n%s transport (2 ranks, tpcomm ProcessGroup send/recv)\n", transport.c_str());
+    std::printf("%12s %12s %12s %12s\n", "size", "lat_us", "bw_GBps", "memcpy_GBps");
+  }
+  for (size_t bytes = a.min; bytes <= a.max; bytes *= 2) {
+    Tensor t = Tensor::raw(buf.data(), static_cast<int64_t>(bytes), DType::UInt8);
+    Tensor t2 = Tensor::raw(buf2.data(), static_cast<int64_t>(bytes), DType::UInt8);
+    // Latency: ping-pong.
+    int iters = bytes <= 65536 ? 2000 : bytes <= (4u << 20) ? 100 : 5;
+    std::vector<double> rtt;
+    for (int s = 0; s < 7; ++s) {
+      auto t0 = Clock::now();
+      for (int i = 0; i < iters; ++i) {
+        if (rank == 0) {
+          pg->send(t, peer);
+          pg->recv(t2, peer);
+        } else {
+          pg->recv(t2, peer);
+          pg->send(t, peer);
+        }
+      }
+      rtt.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / iters);
+    }
+    double lat = median(rtt) / 2;
+    // Bandwidth: a window of messages one way, then an ack.
+    int window = bytes <= 65536 ? 64 : bytes <= (4u << 20) ? 16 : bytes <= (32u << 20) ? 4 : 2;
+    // Receives in flight together need their own buffers.
+    while (rank == 1 && static_cast<int>(rbufs.size()) < window) rbufs.emplace_back(a.max, 0);
+    int rounds = bytes <= (1u << 20) ? 20 : bytes <= (32u << 20) ? 4 : 2;
+    std::vector<double> bw;
+    std::vector<std::shared_ptr<Work>> works(window);
+    for (int s = 0; s < 5; ++s) {
+      pg->send(Tensor::of(&ack, 1), peer, 1);  // both sides: line up
+      pg->recv(Tensor::of(&ack, 1), peer, 1);
+      auto t0 = Clock::now();
+      for (int r = 0; r < rounds; ++r) {
+        for (int i = 0; i < window; ++i)
+          works[i] = rank == 0 ? pg->isend(t, peer, 2)
+                               : pg->irecv(Tensor::raw(rbufs[i].data(), static_cast<int64_t>(bytes),
+                                                       DType::UInt8),
+                                           peer, 2);
+        for (auto& w : works) w->wait();
+      }
+      if (rank == 0)
+        pg->recv(Tensor::of(&ack, 1), peer, 3);
+      else
+        pg->send(Tensor::of(&ack, 1), peer, 3);
+      double sec = std::chrono::duration<double>(Clock::now() - t0).count();
+      bw.push_back(static_cast<double>(bytes) * window * rounds / sec / 1e9);
+    }
+    if (rank == 0) {
+      double mc = memcpy_gbps(bytes);
+      if (a.csv)
+        std::printf("%s,%zu,%.3f,%.3f,%.3f\n", transport.c_str(), bytes, lat, median(bw), mc);
+      else
+        std::printf("%12s %12.2f %12.3f %12.3f\n", human(bytes).c_str(), lat, median(bw), mc);
+      std::fflush(stdout);
+    }
+  }
+  pg->destroy();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    std::string s = argv[i];
+    auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
+    if (s == "--transport") {
+      a.transports.push_back(next());
+    } else if (s == "--min") {
+      a.min = config::parse_size(next()).value_or(8);
+    } else if (s == "--max") {
+      a.max = config::parse_size(next()).value_or(256 << 20);
+    } else if (s == "--csv") {
+      a.csv = true;
+    } else {
+      std::fprintf(stderr, "usage: %s [--transport tcp|shm]... [--min 8] [--max 256M] [--csv]\n",
+                   argv[0]);
+      return 2;
+    }
+  }
+  if (a.transports.empty())
+    for (const char* t : {"shm", "tcp"})
+      if (transport::has_transport(t)) a.transports.push_back(t);
+  char tmpl[] = "/tmp/tpcomm-p2p-bench-XXXXXX";
+  std::string dir = mkdtemp(tmpl) ? tmpl : "/tmp";
+  if (a.csv) std::printf("transport,bytes,lat_us,bw_GBps,memcpy_GBps\n");
+  int rc = 0;
+  for (const std::string& tr : a.transports) {
+    std::fflush(stdout);
+    pid_t pids[2];
+    for (int r = 0; r < 2; ++r) {
+      pids[r] = fork();
+      if (pids[r] == 0) {
+        try {
+          run_rank(r, dir, tr, a);
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "rank %d (%s): %s\n", r, tr.c_str(), e.what());
+          _exit(1);
+        }
+        std::fflush(stdout);
+        _exit(0);
+      }
+    }
+    for (pid_t p : pids) {
+      int st = 0;
+      waitpid(p, &st, 0);
+      if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) rc = 1;
+    }
+    unlink((dir + "/store-" + tr).c_str());
+  }
+  rmdir(dir.c_str());
+  return rc;
+}
