@@ -134,8 +134,19 @@ TEST_F(ShmProcessTest, RefusedCrossMemoryAccessFallsBackWithALoggedReason) {
     auto mr = t->register_memory(src.data(), src.size(), Device::cpu());
     if (!wait_blocking(*t, s, [&] { return ep.ready(); })) return false;
     while (ep.put(*mr, 0, key, 0, kLen, 77, 1) == PostStatus::NoResource) t->progress(s);
-    return wait_blocking(*t, s, [&] { return !s.done.empty(); }) && s.done[0].second &&
-           wait_blocking(*t, s, [&] { return !s.errors.empty(); });
+    if (!wait_blocking(*t, s, [&] { return !s.done.empty(); }) || !s.done[0].second) {
+      return false;
+    }
+    // Now the other way: the parent may write into us, but we cannot pull from it, so the
+    // parent copies a large put alone.
+    std::vector<uint8_t> back(kLen, 0);
+    auto bmr = t->register_memory(back.data(), back.size(), Device::cpu());
+    RemoteKey bkey = bmr->remote_key();
+    to_parent.write_blob(
+        {reinterpret_cast<uint8_t*>(&bkey), reinterpret_cast<uint8_t*>(&bkey) + sizeof bkey});
+    if (!wait_blocking(*t, s, [&] { return !s.arrived.empty(); })) return false;
+    if (s.arrived[0] != 88 || back != src) return false;
+    return wait_blocking(*t, s, [&] { return !s.errors.empty(); });
   });
   ASSERT_EQ(::prctl(PR_SET_DUMPABLE, 0), 0);
   auto t = make_shm(0, 2);
@@ -154,6 +165,14 @@ TEST_F(ShmProcessTest, RefusedCrossMemoryAccessFallsBackWithALoggedReason) {
   ASSERT_TRUE(ok);
   EXPECT_EQ(s.arrived[0], 77u);
   for (size_t i = 0; i < kLen; ++i) ASSERT_EQ(dst[i], pattern(8, i)) << i;
+  auto bkey_bytes = to_parent.read_blob();
+  ASSERT_EQ(bkey_bytes.size(), sizeof(RemoteKey));
+  RemoteKey bkey;
+  std::memcpy(&bkey, bkey_bytes.data(), sizeof bkey);
+  Endpoint& ep = t->connect(1, addr, Clock::now() + 20s);
+  while (ep.put(*mr, 0, bkey, 0, kLen, 88, 2) == PostStatus::NoResource) t->progress(s);
+  ASSERT_TRUE(wait_blocking(*t, s, [&] { return !s.done.empty(); }));
+  EXPECT_TRUE(s.done[0].second);
   t.reset();
   int st = reap(pid);
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << st;

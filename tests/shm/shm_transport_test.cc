@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <set>
 #include <thread>
 #include <tuple>
 
@@ -133,8 +134,9 @@ TEST_F(ShmTransportTest, PostsBeforeTheHandshakeGetNoResource) {
 }
 
 // Puts of many sizes, checked inside on_put_arrived (the data must be there already).
-void run_puts(bool cma) {
+void run_puts(bool cma, bool shared = false) {
   set_env("TPCOMM_SHM_CMA", cma ? "1" : "0");
+  set_env("TPCOMM_SHM_SHARED_MIN", shared ? "1M" : "0");
   auto a = make_shm(0, 2), b = make_shm(1, 2);
   EXPECT_EQ(a->capabilities().native_put, cma);
   Sink sa, sb;
@@ -186,31 +188,81 @@ void run_puts(bool cma) {
 }
 
 TEST_F(ShmTransportTest, PutsByCrossMemoryWrite) { run_puts(true); }
+TEST_F(ShmTransportTest, PutsCopiedByBothEnds) { run_puts(true, true); }
 TEST_F(ShmTransportTest, PutsThroughTheRingWhenCmaIsOff) { run_puts(false); }
 
+// More puts in flight than there are shared-copy slots, interleaved with messages, in every
+// put mode (shared copy, plain cross-memory write, through the ring).
 TEST_F(ShmTransportTest, ManyPutsAndMessagesInterleaved) {
-  for (const char* cma : {"1", "0"}) {
-    set_env("TPCOMM_SHM_CMA", cma);
+  for (const char* mode : {"shared", "cma", "ring"}) {
+    SCOPED_TRACE(mode);
+    set_env("TPCOMM_SHM_CMA", std::string(mode) == "ring" ? "0" : "1");
+    set_env("TPCOMM_SHM_SHARED_MIN", std::string(mode) == "shared" ? "64K" : "0");
     set_env("TPCOMM_SHM_PUT_CHUNK", "64K");
     auto a = make_shm(0, 2), b = make_shm(1, 2);
     Sink sa, sb;
     Endpoint *ab, *ba;
     std::tie(ab, ba) = connect_pair(*a, sa, 0, *b, sb, 1);
-    std::vector<uint8_t> src(1 << 20), dst(8 << 20);
+    constexpr uint32_t kPuts = 40;
+    constexpr size_t kLen = 256 << 10;
+    std::vector<uint8_t> src(kLen), dst(kPuts * kLen);
     for (size_t i = 0; i < src.size(); ++i) src[i] = pattern(9, i);
     auto smr = a->register_memory(src.data(), src.size(), Device::cpu());
     auto dmr = b->register_memory(dst.data(), dst.size(), Device::cpu());
-    for (uint32_t i = 0; i < 8; ++i) {
-      while (ab->put(*smr, 0, dmr->remote_key(), i << 20, src.size(), i, i) != PostStatus::Ok)
+    for (uint32_t i = 0; i < kPuts; ++i) {
+      while (ab->put(*smr, 0, dmr->remote_key(), i * kLen, kLen, i, i) != PostStatus::Ok) {
         a->progress(sa);
+      }
       iovec v{&i, 4};
       while (ab->send({&v, 1}) != PostStatus::Ok) a->progress(sa), b->progress(sb);
     }
     ASSERT_TRUE(pump({{a.get(), &sa}, {b.get(), &sb}},
-                     [&] { return sb.arrived.size() == 8 && sa.done.size() == 8; }));
-    EXPECT_EQ(sb.messages.size(), 8u);
-    for (uint32_t i = 0; i < 8; ++i)
-      EXPECT_EQ(std::memcmp(dst.data() + (size_t(i) << 20), src.data(), src.size()), 0) << i;
+                     [&] { return sb.arrived.size() == kPuts && sa.done.size() == kPuts; }));
+    EXPECT_EQ(sb.messages.size(), kPuts);
+    std::set<uint32_t> imms(sb.arrived.begin(), sb.arrived.end());
+    EXPECT_EQ(imms.size(), kPuts) << "every notification exactly once";
+    for (uint32_t i = 0; i < kPuts; ++i)
+      EXPECT_EQ(std::memcmp(dst.data() + i * kLen, src.data(), kLen), 0) << i;
+    EXPECT_TRUE(sa.errors.empty() && sb.errors.empty());
+  }
+}
+
+// A shared-copy put completed by either end alone: the receiver pulls everything the
+// sender's first step left (and reports the arrival itself), or the sender writes it all
+// before the receiver looks (and notifies it).
+TEST_F(ShmTransportTest, SharedPutFinishedByEitherEnd) {
+  set_env("TPCOMM_SHM_PUT_CHUNK", "1M");
+  for (bool receiver_finishes : {true, false}) {
+    SCOPED_TRACE(receiver_finishes ? "receiver finishes" : "sender finishes");
+    auto a = make_shm(0, 2), b = make_shm(1, 2);
+    Sink sa, sb;
+    Endpoint *ab, *ba;
+    std::tie(ab, ba) = connect_pair(*a, sa, 0, *b, sb, 1);
+    const size_t kLen = (16 << 20) + 3;
+    std::vector<uint8_t> src(kLen), dst(kLen, 0);
+    for (size_t i = 0; i < kLen; ++i) src[i] = pattern(4, i);
+    auto smr = a->register_memory(src.data(), src.size(), Device::cpu());
+    auto dmr = b->register_memory(dst.data(), dst.size(), Device::cpu());
+    ASSERT_EQ(ab->put(*smr, 0, dmr->remote_key(), 0, kLen, 42, 7), PostStatus::Ok);
+    if (receiver_finishes) {
+      ASSERT_TRUE(pump({{b.get(), &sb}}, [&] { return sb.arrived.size() == 1; }));
+      EXPECT_EQ(dst, src);
+      EXPECT_TRUE(sa.done.empty());
+      ASSERT_TRUE(pump({{a.get(), &sa}}, [&] { return sa.done.size() == 1; }));
+    } else {
+      ASSERT_TRUE(pump({{a.get(), &sa}}, [&] { return sa.done.size() == 1; }));
+      EXPECT_EQ(dst, src);
+      ASSERT_TRUE(pump({{b.get(), &sb}}, [&] { return sb.arrived.size() == 1; }));
+    }
+    EXPECT_EQ(sb.arrived[0], 42u);
+    EXPECT_EQ(sa.done[0], std::make_pair(uint64_t{7}, true));
+    // The slot is reused by the next puts.
+    for (uint32_t i = 0; i < 40; ++i) {
+      ASSERT_EQ(ab->put(*smr, 0, dmr->remote_key(), 0, 1 << 20, i, i), PostStatus::Ok);
+      ASSERT_TRUE(pump({{a.get(), &sa}, {b.get(), &sb}},
+                       [&] { return sb.arrived.size() == i + 2 && sa.done.size() == i + 2; }));
+    }
+    EXPECT_TRUE(sa.errors.empty() && sb.errors.empty());
   }
 }
 

@@ -80,4 +80,22 @@ int cross_memory_write(pid_t pid, const void* src, uint64_t dst, size_t len) {
   return 0;
 }
 
+int cross_memory_read(pid_t pid, void* dst, uint64_t src, size_t len) {
+  auto* d = static_cast<uint8_t*>(dst);
+  while (len > 0) {
+    iovec local{d, len};
+    iovec remote{reinterpret_cast<void*>(src), len};
+    ssize_t n = ::process_vm_readv(pid, &local, 1, &remote, 1, 0);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    if (n == 0) return EFAULT;
+    d += n;
+    src += static_cast<uint64_t>(n);
+    len -= static_cast<size_t>(n);
+  }
+  return 0;
+}
+
 }  // namespace tpcomm::transport::shm

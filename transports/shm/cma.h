@@ -29,4 +29,8 @@ std::string probe_cross_memory(pid_t pid, uint64_t addr, uint64_t cookie);
 /// Returns 0 or the errno.
 int cross_memory_write(pid_t pid, const void* src, uint64_t dst, size_t len);
 
+/// Reads `len` bytes at `src` in process `pid` into `dst`, resuming after partial reads.
+/// Returns 0 or the errno.
+int cross_memory_read(pid_t pid, void* dst, uint64_t src, size_t len);
+
 }  // namespace tpcomm::transport::shm

@@ -280,6 +280,7 @@ void ShmTransport::fail(ShmEndpoint& ep, const std::string& reason) {
     events_.push_back({Event::Kind::PutDone, ep.peer_, op.cookie, false, {}});
   puts_pending_ -= ep.puts_.size();
   ep.puts_.clear();
+  ep.helping_.clear();
   events_.push_back({Event::Kind::PeerError, ep.peer_, 0, false, reason});
   ep.out_sock_.reset();  // the peer sees end of stream and reports us in turn
   ep.in_sock_.reset();
@@ -352,6 +353,7 @@ int ShmTransport::progress(EventSink& sink) {
     ShmEndpoint* ep = readers_[i];
     if (ep->in_attached_) {
       n += ep->poll_in(sink);
+      if (!ep->helping_.empty()) n += ep->help(sink);
     } else {
       compact = true;
     }
@@ -373,13 +375,25 @@ bool ShmTransport::arm() {
     for (auto& [peer, ep] : eps_) {
       if (ep->puts_.empty() || ep->failed_) continue;
       const PutOp& op = ep->puts_.front();
-      if (ep->cma_ && op.remaining > 0) return false;  // a copy step is ready to run
+      if (op.slot >= 0 && !op.notified) {
+        if (!op.claims_done) return false;  // chunks left to claim
+        if (!op.finisher) {
+          // The receiver copies the last chunks and rings us when it is done.
+          const PutSlot& ps = put_slots(ep->out_seg_.base())[op.slot];
+          if (ps.done.load(std::memory_order_acquire) >= ps.chunks) return false;
+          continue;
+        }
+      } else if (ep->cma_ && op.remaining > 0) {
+        return false;  // a copy step is ready to run
+      }
       size_t need = op.remaining > 0
                         ? std::min(op.remaining + sizeof(PutDataRecord), ep->out_.max_payload())
                         : sizeof(PutNotifyRecord);
       if (ep->out_.space_or_arm(need)) return false;
     }
   }
+  for (ShmEndpoint* ep : readers_)
+    if (ep->in_attached_ && !ep->helping_.empty()) return false;
   for (ShmEndpoint* ep : readers_)
     if (ep->in_attached_) ep->in_.set_sleeping(true);
   for (ShmEndpoint* ep : readers_)

@@ -30,6 +30,8 @@ struct Settings {
   size_t max_message = 16 * 1024;
   bool cma = true;
   size_t put_chunk = 4 << 20;
+  /// Puts of at least this many bytes are copied by both ends at once (0: never).
+  size_t shared_min = 1 << 20;
   std::string dir = "/dev/shm";
   /// Reads the registry; throws ConfigError for unusable values.
   static Settings from_config();

@@ -31,6 +31,22 @@ struct PutOp {
   uint64_t dst_offset = 0;  ///< ring copy: offset in that region
   uint32_t imm = 0;
   bool notified = false;
+  int slot = -1;  ///< shared copy: the PutSlot both ends claim chunks from
+  bool claims_done = false;
+  bool finisher = false;  ///< we completed the last chunk
+};
+
+/// A shared-copy put of the peer that we help with (pulling chunks) until none is left.
+struct Helping {
+  uint32_t slot = 0;
+  uint32_t gen = 0;
+  uint32_t chunks = 0;
+  uint32_t imm = 0;
+  uint64_t chunk_bytes = 0;
+  uint64_t src = 0;
+  uint8_t* dst = nullptr;
+  uint64_t length = 0;
+  bool finisher = false;  ///< we completed the last chunk (so we report the arrival)
 };
 
 class ShmEndpoint final : public Endpoint {
@@ -53,6 +69,15 @@ class ShmEndpoint final : public Endpoint {
   void advance_puts();
   /// Reads published records and reports them; returns the number of events.
   int poll_in(EventSink& sink);
+  /// Starts a shared-copy put when it qualifies and a slot is free (else plain CMA).
+  void try_share(PutOp& op);
+  /// Sender side of a shared-copy put: claims and writes chunks within `budget`.
+  void advance_shared(PutOp& op, size_t& budget);
+  /// Validates a PutShare record of the peer and queues it for helping.
+  void accept_share(std::span<const uint8_t> payload);
+  /// Receiver side: pulls chunks of the front shared put within one step's budget; reports
+  /// the arrival when we completed its last chunk. Returns the number of events.
+  int help(EventSink& sink);
   /// Rings the peer's doorbell (it is sleeping or asked for space).
   void ring_peer(int sock);
   /// "rank 3 (pid 1234)".
@@ -81,6 +106,10 @@ class ShmEndpoint final : public Endpoint {
   bool in_attached_ = false;
 
   std::deque<PutOp> puts_;
+  uint32_t slot_gen_[kPutSlots] = {};  // last generation used per slot (0: never)
+  bool slot_busy_[kPutSlots] = {};     // a put of ours still uses the slot
+  uint32_t next_gen_ = 1;
+  std::deque<Helping> helping_;
   bool failed_ = false;
   bool bye_ = false;  ///< the peer announced a clean shutdown
 };

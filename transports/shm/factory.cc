@@ -28,6 +28,10 @@ constexpr Param kShmParams[] = {
   {"TPCOMM_SHM_RING_SIZE", T::Size, "256K", "",
    "shm: bytes of each message ring (one per sender and receiver on a host); at least 64K, a "
    "multiple of 4K. The largest message is a quarter of it, capped at 16K.", "shm"},
+  {"TPCOMM_SHM_SHARED_MIN", T::Size, "1M", "",
+   "shm: cross-memory puts of at least this many bytes are copied by both ends at once (the "
+   "receiver pulls chunks with process_vm_readv while the sender writes others); 0 leaves "
+   "every copy to the sender.", "shm"},
 };
 // clang-format on
 
@@ -50,6 +54,7 @@ Settings Settings::from_config() {
     throw ConfigError("TPCOMM_SHM_PUT_CHUNK=" + config::get_string("TPCOMM_SHM_PUT_CHUNK") +
                       " is too small: use at least 4K (e.g. 4M)");
   }
+  s.shared_min = config::get_size("TPCOMM_SHM_SHARED_MIN");
   s.dir = config::get_string("TPCOMM_SHM_DIR");
   if (s.dir.empty()) s.dir = "/dev/shm";
   return s;

@@ -152,7 +152,7 @@ int RingConsumer::peek(RingRecord* out, std::string* error) {
       continue;
     }
     if (type < static_cast<uint16_t>(RecordType::Message) ||
-        type > static_cast<uint16_t>(RecordType::PutData)) {
+        type > static_cast<uint16_t>(RecordType::PutShare)) {
       *error = "unknown record type " + std::to_string(type) + " at line " + std::to_string(idx);
       return -1;
     }

@@ -34,6 +34,7 @@ enum class RecordType : uint16_t {
   Message = 2,    ///< an eager message (payload = the bytes)
   PutNotify = 3,  ///< a put's data is in place; payload = PutNotify
   PutData = 4,    ///< a chunk of a put copied through the ring; payload = PutData + bytes
+  PutShare = 5,   ///< a put both ends copy (see PutSlot); payload = PutShareRecord
 };
 
 /// Record header, at the start of a cache line.
@@ -63,6 +64,41 @@ struct PutDataRecord {
 };
 inline constexpr uint32_t kPutDataLast = 1;
 
+/// Payload of PutShare: which slot of the sender's segment describes the put.
+struct PutShareRecord {
+  uint32_t slot;
+  uint32_t gen;
+};
+
+/// A large cross-memory put that both ends copy at once: the sender writes chunks into the
+/// receiver (process_vm_writev) while the receiver pulls chunks from the sender
+/// (process_vm_readv); each claims the next chunk with `next`, counts it in `done` once
+/// copied, and whoever completes the last chunk reports the put (the receiver: arrival; the
+/// sender: a PutNotify). Slots live in the sender's header page; the sender reuses one only
+/// after the receiver stored its generation in `seen`.
+struct alignas(kLine) PutSlot {
+  std::atomic<uint32_t> next;  // both: the next chunk to claim
+  std::atomic<uint32_t> done;  // both: chunks copied
+  std::atomic<uint32_t> seen;  // receiver: the generation it is finished with
+  uint32_t gen;                // the fields below are written by the sender before the record
+  uint32_t chunks;
+  uint32_t imm;
+  uint64_t chunk_bytes;
+  uint64_t src;         // sender's address
+  uint64_t region;      // receiver's region id
+  uint64_t dst_offset;  // in that region
+  uint64_t length;
+};
+static_assert(sizeof(PutSlot) == kLine);
+inline constexpr size_t kPutSlots = 32;
+inline constexpr size_t kPutSlotOffset = 512;
+static_assert(kPutSlotOffset + kPutSlots * sizeof(PutSlot) <= 4096);
+
+/// The put slots of a ring segment mapped at `base`.
+inline PutSlot* put_slots(uint8_t* base) {
+  return reinterpret_cast<PutSlot*>(base + kPutSlotOffset);
+}
+
 /// The header page of a ring segment. Lines are separated so that the receiver's writes
 /// (head, sleeping) never share a line with the sender's.
 struct alignas(kLine) RingControl {
@@ -78,7 +114,7 @@ struct alignas(kLine) RingControl {
   alignas(kLine) std::atomic<uint32_t> consumer_sleeping;  // receiver sets, sender clears
   alignas(kLine) std::atomic<uint32_t> producer_waiting;   // sender sets, receiver clears
 };
-static_assert(sizeof(RingControl) <= kRingHeaderBytes);
+static_assert(sizeof(RingControl) <= kPutSlotOffset);
 
 /// Segment bytes needed for a ring of `ring_bytes` data bytes.
 inline size_t ring_segment_bytes(size_t ring_bytes) { return kRingHeaderBytes + ring_bytes; }
