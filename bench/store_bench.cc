@@ -6,6 +6,8 @@
 //   barrier/clients:N  each client does add(ctr, 1); the one that reads N sets a done key,
 //                      the others wait([done]). Round time = last release - first arrival;
 //                      counters median_us and p90_us over the rounds (first is a warm-up).
+// CPU counters (cpu_us_per_pair, server_cpu_*) show the cost of the work independently of
+// how much of a shared machine the run got.
 #include <benchmark/benchmark.h>
 #include <pthread.h>
 #include <signal.h>
@@ -20,6 +22,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
@@ -81,6 +84,25 @@ void stop_server() {
   int status;
   ::waitpid(g_server, &status, 0);
   g_server = -1;
+}
+
+// CPU time (user + system, ms) used so far by process `pid` (10 ms resolution).
+double cpu_ms(pid_t pid) {
+  char path[64];
+  std::snprintf(path, sizeof(path), "/proc/%d/stat", static_cast<int>(pid));
+  FILE* f = std::fopen(path, "r");
+  if (!f) return 0;
+  char buf[1024];
+  size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
+  std::fclose(f);
+  buf[n] = 0;
+  const char* p = std::strrchr(buf, ')');
+  unsigned long ut = 0, st = 0;
+  // Fields after the command: state(3) ... utime(14) stime(15).
+  if (!p ||
+      std::sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+    return 0;
+  return static_cast<double>(ut + st) * 1000.0 / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
 // Runs fn(i) for i in [0, n) on n threads with small stacks (thousands of them).
@@ -164,8 +186,10 @@ void bm_setget(benchmark::State& state) {
                          std::chrono::duration<double>(g_seconds));
       go.store(true, std::memory_order_release);
     });
+    double server0 = cpu_ms(g_server), self0 = cpu_ms(::getpid());
     run_threads(k, body);
     coord.join();
+    double server_ms = cpu_ms(g_server) - server0, self_ms = cpu_ms(::getpid()) - self0;
     double el = std::chrono::duration<double>(Clock::now() - t0).count();
     if (bad) state.SkipWithError("get returned a wrong value");
     int64_t pairs = 0;
@@ -173,6 +197,9 @@ void bm_setget(benchmark::State& state) {
     state.SetIterationTime(el);
     state.counters["pairs_per_s"] = static_cast<double>(pairs) / el;
     state.counters["us_per_pair"] = el * 1e6 / (static_cast<double>(pairs) / k);
+    // CPU per pair (clients + server): what a busy, shared machine divides among its users.
+    state.counters["cpu_us_per_pair"] = (server_ms + self_ms) * 1e3 / static_cast<double>(pairs);
+    state.counters["server_cpu_us_per_pair"] = server_ms * 1e3 / static_cast<double>(pairs);
   }
 }
 
@@ -187,6 +214,7 @@ void bm_barrier(benchmark::State& state) {
     std::vector<std::vector<Clock::time_point>> t_out(rounds, std::vector<Clock::time_point>(n));
     std::barrier sync(n);
     std::atomic<bool> failed{false};
+    double server0 = cpu_ms(g_server);
     run_threads(n, [&](int j) {
       auto& st = *clients[j];
       for (int r = 0; r < rounds; ++r) {
@@ -207,6 +235,7 @@ void bm_barrier(benchmark::State& state) {
         t_out[r][j] = Clock::now();
       }
     });
+    double server_ms = cpu_ms(g_server) - server0;
     if (failed) {
       state.SkipWithError("a barrier client failed");
       break;
@@ -224,6 +253,7 @@ void bm_barrier(benchmark::State& state) {
     state.counters["median_us"] = median;
     state.counters["p90_us"] = p90;
     state.counters["rounds"] = static_cast<double>(us.size());
+    state.counters["server_cpu_ms_per_round"] = server_ms / rounds;
   }
 }
 

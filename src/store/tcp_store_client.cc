@@ -26,9 +26,11 @@ using store_wire::Writer;
 
 namespace {
 
-// Threads of this process busy-polling for a reply right now. Spinning pays off only while a
-// core is free for it; with many client threads (a barrier of hundreds of ranks-as-threads)
-// they must sleep in the kernel instead, so at most this many spin at once.
+// Busy-polling pays off only while a core is free for the spinning thread. A job has one
+// client per process; a process with more clients than half the cores (clients as threads,
+// in tests and benchmarks) makes them all sleep in the kernel instead, and at most that many
+// threads spin at once.
+std::atomic<int> g_clients{0};
 std::atomic<int> g_spinners{0};
 int max_spinners() {
   static const int n = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / 2);
@@ -68,9 +70,11 @@ TCPStoreClient::TCPStoreClient(const std::string& host, uint16_t port, const std
   Deadline deadline = Deadline::after(timeout);
   fd_ = net::connect_to(host, port, deadline);
   handshake(job_id_, master_self, deadline, timeout);
+  g_clients.fetch_add(1, std::memory_order_relaxed);
 }
 
 TCPStoreClient::~TCPStoreClient() {
+  g_clients.fetch_sub(1, std::memory_order_relaxed);
   if (!fd_.valid()) return;
   // Read what the server may still have sent (late replies): closing with unread data
   // would reset the connection instead of closing it in order.
@@ -190,7 +194,7 @@ ssize_t TCPStoreClient::receive(Deadline deadline) {
     fail("lost the connection to the TCPStore server at " + addr_ + " (" + std::strerror(errno) +
          "); has the server (master rank or tpstore) exited?");
   };
-  if (spin_.count() > 0) {
+  if (spin_.count() > 0 && g_clients.load(std::memory_order_relaxed) <= max_spinners()) {
     if (spin_skip_ > 0) {
       --spin_skip_;
     } else if (g_spinners.fetch_add(1, std::memory_order_relaxed) < max_spinners()) {

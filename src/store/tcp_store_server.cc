@@ -7,6 +7,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -93,6 +94,7 @@ TCPStoreServer::Impl::Impl(const TCPStoreServerConfig& c) : cfg(c) {
   TPLOG(INFO, STORE) << "TCPStore server listening on " << addr << " (job '" << cfg.job_id
                      << "', max key " << cfg.max_key << " B, max value " << cfg.max_value
                      << " B, max clients " << cfg.max_clients << ")";
+  spin_client_limit = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / 2);
   thread = std::thread([this] { run(); });
 }
 
@@ -122,9 +124,11 @@ void TCPStoreServer::Impl::run() {
   const auto spin = cfg.spin;
   while (!stopping.load(std::memory_order_relaxed)) {
     int n = ::epoll_wait(epoll_fd, events, kMaxEvents, 0);
-    if (n == 0 && spin.count() > 0 && spin_hits > 0) {
+    if (n == 0 && spin.count() > 0 && spin_hits > 0 && clients <= spin_client_limit) {
       // Busy-poll a little before sleeping: a client answered a moment ago usually sends
       // its next request within microseconds, and a kernel wake-up costs tens of them.
+      // Only with few clients: many keep the server busy anyway, and their processes need
+      // the cores more than a spinning server does.
       auto until = std::chrono::steady_clock::now() + spin;
       while (n == 0 && std::chrono::steady_clock::now() < until &&
              !stopping.load(std::memory_order_relaxed)) {

@@ -135,6 +135,7 @@ struct TCPStoreServer::Impl {
   std::thread thread;
   std::atomic<bool> stopping{false};
   int spin_hits = 1;
+  int spin_client_limit = 1;  // busy-poll only while at most this many clients are connected
 
   std::vector<std::unique_ptr<Conn>> conns;  // by fd
   std::vector<std::pair<int, uint64_t>> dirty;
