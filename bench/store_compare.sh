@@ -53,6 +53,9 @@ for r in range(1, repeats + 1):
             v = b.get("pairs_per_s") if kind == "setget" else b.get("median_us")
             if v is not None:
                 ours.setdefault((kind, k), []).append(float(v))
+            for extra in ("cpu_us_per_pair", "server_cpu_ms_per_round"):
+                if extra in b:
+                    ours.setdefault((extra, k), []).append(float(b[extra]))
     with open(f"{tmp}/torch.{r}.txt") as f:
         for line in f:
             p = line.split()
@@ -88,4 +91,15 @@ for label, unit, a, b, higher_better in rows:
     if a and b:
         ratio = f"{a / b:.1f}x" if higher_better else f"{b / a:.1f}x faster"
     print(f"| {label} | {fmt(a, unit)} | {fmt(b, unit)} | {ratio} |")
+
+notes = []
+for k in (1, 32):
+    v = med(ours, ("cpu_us_per_pair", k))
+    if v is not None:
+        notes.append(f"{v:.1f} us CPU per pair with {k} client{'s' if k > 1 else ''}")
+v = med(ours, ("server_cpu_ms_per_round", 1024))
+if v is not None:
+    notes.append(f"server {v:.1f} ms CPU per 1024-client barrier round")
+if notes:
+    print("\ntpcomm CPU cost (clients + server, independent of machine share): " + "; ".join(notes))
 PY
