@@ -36,12 +36,12 @@ void RingProducer::init(uint8_t* base, size_t ring_bytes, uint64_t salt, int src
   ctl_->head.store(0, std::memory_order_relaxed);
   ctl_->consumer_sleeping.store(0, std::memory_order_relaxed);
   ctl_->producer_waiting.store(0, std::memory_order_relaxed);
-  tail_ = cached_head_ = 0;
+  tail_ = cached_head_ = tail_idx_ = 0;
 }
 
 bool RingProducer::fits(size_t payload) {
   uint64_t n = lines_for(payload);
-  uint64_t idx = tail_ % lines_;
+  uint64_t idx = tail_idx_;
   uint64_t need = idx + n > lines_ ? (lines_ - idx) + n : n;
   if (tail_ + need - cached_head_ <= lines_) return true;
   cached_head_ = ctl_->head.load(std::memory_order_acquire);
@@ -62,7 +62,7 @@ bool RingProducer::push(RecordType type, std::span<const uint8_t> prefix,
     return space_or_arm(payload) && push(type, prefix, iov, length);
   }
   uint64_t n = lines_for(payload);
-  uint64_t idx = tail_ % lines_;
+  uint64_t idx = tail_idx_;
   if (idx + n > lines_) {
     // Pad to the end of the ring; the record starts at line 0.
     RecordHeader* pad = line_at(data_, idx);
@@ -89,6 +89,7 @@ bool RingProducer::push(RecordType type, std::span<const uint8_t> prefix,
   h->length = static_cast<uint32_t>(payload);
   h->stamp.store(stamp_of(tail_, salt_), std::memory_order_release);
   tail_ += n;
+  tail_idx_ = idx + n == lines_ ? 0 : idx + n;
   return true;
 }
 
@@ -124,18 +125,19 @@ std::string RingConsumer::attach(uint8_t* base, size_t segment_bytes, int src_ra
   salt_ = ctl->salt | (1ull << 63);
   max_payload_ = ring_max_payload(ring_bytes);
   head_ = published_ = ctl->head.load(std::memory_order_acquire);
+  head_idx_ = head_ % lines_;
   pending_lines_ = 0;
   return "";
 }
 
 bool RingConsumer::has_data() const {
-  const RecordHeader* h = line_at(data_, head_ % lines_);
+  const RecordHeader* h = line_at(data_, head_idx_);
   return h->stamp.load(std::memory_order_acquire) == stamp_of(head_, salt_);
 }
 
 int RingConsumer::peek(RingRecord* out, std::string* error) {
   for (;;) {
-    uint64_t idx = head_ % lines_;
+    uint64_t idx = head_idx_;
     RecordHeader* h = line_at(data_, idx);
     if (h->stamp.load(std::memory_order_acquire) != stamp_of(head_, salt_)) return 0;
     // Read each field once: the sender could change the shared memory under us.
@@ -149,6 +151,7 @@ int RingConsumer::peek(RingRecord* out, std::string* error) {
         return -1;
       }
       head_ += n;
+      head_idx_ = 0;
       continue;
     }
     if (type < static_cast<uint16_t>(RecordType::Message) ||
@@ -172,6 +175,8 @@ int RingConsumer::peek(RingRecord* out, std::string* error) {
 
 void RingConsumer::pop() {
   head_ += pending_lines_;
+  head_idx_ += pending_lines_;
+  if (head_idx_ == lines_) head_idx_ = 0;
   pending_lines_ = 0;
 }
 

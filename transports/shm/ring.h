@@ -150,6 +150,7 @@ class RingProducer {
   uint8_t* data_ = nullptr;
   uint64_t lines_ = 0;
   uint64_t tail_ = 0;         // lines published
+  uint64_t tail_idx_ = 0;     // tail_ % lines_
   uint64_t cached_head_ = 0;  // receiver's head as last read
   uint64_t salt_ = 0;
   size_t max_payload_ = 0;
@@ -189,6 +190,7 @@ class RingConsumer {
   uint8_t* data_ = nullptr;
   uint64_t lines_ = 0;
   uint64_t head_ = 0;           // lines consumed locally
+  uint64_t head_idx_ = 0;       // head_ % lines_
   uint64_t published_ = 0;      // head as published
   uint64_t pending_lines_ = 0;  // lines of the record returned by peek()
   uint64_t salt_ = 0;
