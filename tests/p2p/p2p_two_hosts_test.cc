@@ -67,6 +67,56 @@ TEST(TwoHosts, ShmWithinAHostTcpBetweenHosts) {
   EXPECT_RANKS_OK(r);
 }
 
+// TPCOMM_TRANSPORT=tcp forces tcp even between ranks of one host.
+TEST(TwoHosts, TransportCanBeForced) {
+  if (!transport::has_transport("tcp")) GTEST_SKIP() << "no tcp transport";
+  RunOptions opt;
+  opt.env = {{"TPCOMM_DEBUG", "info"}, {"TPCOMM_DEBUG_SUBSYS", "p2p"}, {"TPCOMM_TRANSPORT", "tcp"}};
+  auto r = run_ranks(
+      2,
+      [&](RankContext& c) {
+        std::string log = c.dir + "/rank" + std::to_string(c.rank) + ".log";
+        setenv("TPCOMM_DEBUG_FILE", log.c_str(), 1);
+        config::reload();
+        log::reload();
+        auto pg = make_world(c, "auto");
+        int32_t x = c.rank, y = -1;
+        auto rw = pg->irecv(Tensor::of(&y, 1), 1 - c.rank);
+        pg->send(Tensor::of(&x, 1), 1 - c.rank);
+        rw->wait();
+        EXPECT_EQ(y, 1 - c.rank);
+        std::ifstream f(log);
+        std::stringstream ss;
+        ss << f.rdbuf();
+        std::string want =
+            "rank " + std::to_string(c.rank) + " -> rank " + std::to_string(1 - c.rank) + ": tcp";
+        EXPECT_NE(ss.str().find(want), std::string::npos) << ss.str();
+        pg->destroy();
+      },
+      opt);
+  EXPECT_RANKS_OK(r);
+}
+
+// init_process_group through an init_method URL (the rendezvous layer) rather than a store.
+TEST(TwoHosts, InitThroughFileUrl) {
+  auto r = run_ranks(3, [&](RankContext& c) {
+    InitOptions o;
+    o.init_method = "file://" + c.dir + "/rdzv";
+    o.rank = c.rank;
+    o.world_size = 3;
+    o.timeout = std::chrono::seconds(60);
+    init_process_group(o);
+    EXPECT_EQ(get_world_size(), 3);
+    int32_t x = c.rank, y = -1;
+    auto rw = irecv(Tensor::of(&y, 1), (c.rank + 2) % 3);
+    send(Tensor::of(&x, 1), (c.rank + 1) % 3);
+    rw->wait();
+    EXPECT_EQ(y, (c.rank + 2) % 3);
+    destroy_process_group();
+  });
+  EXPECT_RANKS_OK(r);
+}
+
 TEST(TwoHosts, Ipv6Loopback) {
   if (!transport::has_transport("tcp")) GTEST_SKIP() << "no tcp transport";
   try {
