@@ -54,7 +54,7 @@ void run(const std::string& algo, int n, const std::vector<Case>& cases) {
       } else {
         AllGatherArgs a;
         if (k.mode == 1) {
-          std::memcpy(out.data() + static_cast<size_t>(r) * block, in.data(), block);
+          if (block) std::memcpy(out.data() + static_cast<size_t>(r) * block, in.data(), block);
           a.input = Tensor::raw(out.data() + static_cast<size_t>(r) * block,
                                 static_cast<int64_t>(k.count), k.dt);
         } else {

@@ -1,14 +1,13 @@
 // Algorithm catalogues and selection: TPCOMM_ALGO parsing (valid rules, size ranges, every
 // error message), precedence (call options, then TPCOMM_ALGO, then the cost model), and the
 // cost model's choices at the extremes of message size.
-#include "collectives/select.h"
-
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
 #include <set>
 #include <string>
 
+#include "collectives/select.h"
 #include "core/config.h"
 #include "tpcomm/error.hpp"
 

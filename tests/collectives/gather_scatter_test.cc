@@ -73,7 +73,7 @@ void run_gather(const std::string& algo, int n, const std::vector<Case>& cases) 
         GatherArgs a;
         a.input = testing::tensor_of(in, k.dt);
         if (k.mode == 1 && r == k.root) {
-          std::memcpy(out.data() + static_cast<size_t>(r) * block, in.data(), block);
+          if (block) std::memcpy(out.data() + static_cast<size_t>(r) * block, in.data(), block);
           a.input = Tensor::raw(out.data() + static_cast<size_t>(r) * block,
                                 static_cast<int64_t>(k.count), k.dt);
         }

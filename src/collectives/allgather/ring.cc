@@ -13,8 +13,7 @@ void allgather_ring(CollComm& comm, const void* input, void* output, size_t bloc
   void* mine = at(output, static_cast<size_t>(r) * block);
   if (mine != input) std::memcpy(mine, input, block);
   // Byte elements: ring blocks are then exactly `block` bytes each.
-  ExecParams p = params;
-  ring_all_gather_inplace(comm, output, static_cast<size_t>(n) * block, 1, p, 0);
+  ring_all_gather_inplace(comm, output, static_cast<size_t>(n) * block, 1, params, 0);
 }
 
 }  // namespace tpcomm::coll
