@@ -282,8 +282,17 @@ Link* Engine::link_locked(Slot& s, int peer) {
   return raw;
 }
 
-Link* Engine::link_for(std::unique_lock<std::mutex>& lk, const std::string& backend, int peer) {
-  std::string key = backend + "/" + std::to_string(peer);
+int Engine::backend_id_locked(const std::string& backend) {
+  for (size_t i = 0; i < backends_.size(); ++i)
+    if (backends_[i] == backend) return static_cast<int>(i);
+  backends_.push_back(backend);
+  return static_cast<int>(backends_.size() - 1);
+}
+
+Link* Engine::link_for(std::unique_lock<std::mutex>& lk, const std::string& backend, int peer,
+                       int backend_id) {
+  if (backend_id < 0) backend_id = backend_id_locked(backend);
+  uint64_t key = (static_cast<uint64_t>(backend_id) << 32) | static_cast<uint32_t>(peer);
   auto it = chosen_.find(key);
   if (it != chosen_.end()) return it->second;
   std::string name = choose_locked(backend, peer);
@@ -332,43 +341,59 @@ void Engine::connect_all(const std::string& backend, const std::vector<int>& pee
 
 // ---- the low-level send path ------------------------------------------------------------
 
-bool Engine::try_post_locked(Link& l, Pending& p) {
+bool Engine::post_msg_locked(Link& l, uint8_t* hdr, size_t hdr_len, const void* payload, size_t len,
+                             const std::shared_ptr<Op>& op) {
   if (l.failed) {
-    if (p.op && !p.op->done)
+    if (op && !op->done)
+      fail_locked(op, std::make_exception_ptr(
+                          PeerError(op->describe() + " failed: " + dead_peers_[l.peer])));
+    return true;
+  }
+  uint32_t returned = 0;
+  if (l.flow) {
+    bool credit_only = hdr[2] == static_cast<uint8_t>(MsgType::Credit);
+    if (l.credits < (credit_only ? 1u : 2u)) return false;
+    returned = l.owed;
+    std::memcpy(hdr + 4, &returned, 4);  // Header::credits
+    l.owed = 0;
+  }
+  iovec iov[2] = {{hdr, hdr_len}, {const_cast<void*>(payload), len}};
+  switch (l.ep->send(std::span<const iovec>(iov, len ? 2 : 1))) {
+    case transport::PostStatus::Ok:
+      if (l.flow) --l.credits;
+      if (op) complete_locked(op);  // eager send: buffered, done
+      return true;
+    case transport::PostStatus::NoResource:
+      if (l.flow) l.owed += returned;
+      return false;
+    case transport::PostStatus::PeerFailed:
+      if (op && !op->done)
+        fail_locked(op, std::make_exception_ptr(PeerError(op->describe() +
+                                                          " failed: the connection to rank " +
+                                                          std::to_string(l.peer) + " is broken")));
+      return true;
+  }
+  return true;
+}
+
+bool Engine::try_post_locked(Link& l, Pending& p) {
+  if (!p.is_put)
+    return post_msg_locked(l, p.hdr.data(), p.hdr.size(), p.payload, p.payload_len, p.op);
+  if (l.failed) {
+    if (!p.op->done)
       fail_locked(p.op, std::make_exception_ptr(
                             PeerError(p.op->describe() + " failed: " + dead_peers_[l.peer])));
     return true;
   }
-  bool credit_only =
-      !p.is_put && p.hdr.size() >= kHeaderSize && p.hdr[2] == static_cast<uint8_t>(MsgType::Credit);
-  uint32_t returned = 0;
-  if (l.flow) {
-    if (l.credits < (credit_only ? 1u : 2u)) return false;
-    if (!p.is_put) {
-      returned = l.owed;
-      std::memcpy(p.hdr.data() + 4, &returned, 4);  // Header::credits
-      l.owed = 0;
-    }
-  }
-  transport::PostStatus st;
-  if (p.is_put) {
-    st = l.ep->put(*p.op->mr, p.offset, p.key, p.offset, p.length, p.imm, p.op->id);
-  } else {
-    iovec iov[2] = {{p.hdr.data(), p.hdr.size()}, {const_cast<void*>(p.payload), p.payload_len}};
-    st = l.ep->send(std::span<const iovec>(iov, p.payload_len ? 2 : 1));
-  }
-  switch (st) {
+  if (l.flow && l.credits < 2) return false;
+  switch (l.ep->put(*p.op->mr, p.offset, p.key, p.offset, p.length, p.imm, p.op->id)) {
     case transport::PostStatus::Ok:
       if (l.flow) --l.credits;
-      if (!p.is_put && p.op) complete_locked(p.op);  // eager send: buffered, done
       return true;
     case transport::PostStatus::NoResource:
-      if (l.flow) {
-        l.owed += returned;
-      }
       return false;
     case transport::PostStatus::PeerFailed:
-      if (p.op && !p.op->done)
+      if (!p.op->done)
         fail_locked(p.op, std::make_exception_ptr(
                               PeerError(p.op->describe() + " failed: the connection to rank " +
                                         std::to_string(l.peer) + " is broken")));
@@ -384,14 +409,16 @@ void Engine::flush_queue_locked(Link& l) {
   }
 }
 
-void Engine::send_msg_locked(Link& l, std::vector<uint8_t> hdr, const void* payload, size_t len,
-                             std::shared_ptr<Op> op) {
+void Engine::send_msg_locked(Link& l, uint8_t* hdr, size_t hdr_len, const void* payload, size_t len,
+                             const std::shared_ptr<Op>& op) {
+  // The common case posts straight from the caller's stack; only a message that has to wait
+  // is copied into the queue.
+  if (l.queue.empty() && post_msg_locked(l, hdr, hdr_len, payload, len, op)) return;
   Pending p;
-  p.hdr = std::move(hdr);
+  p.hdr.assign(hdr, hdr + hdr_len);
   p.payload = payload;
   p.payload_len = len;
-  p.op = std::move(op);
-  if (l.queue.empty() && try_post_locked(l, p)) return;
+  p.op = op;
   if (p.op) p.op->stage = Op::Stage::Queued;
   l.queue.push_back(std::move(p));
   backlog_.insert(&l);
@@ -420,11 +447,10 @@ void Engine::return_credits_locked(Link& l) {
   Header h;
   h.type = MsgType::Credit;
   h.src = opt_.rank;
-  Pending p;
-  p.hdr.resize(kHeaderSize);
-  encode_header(h, p.hdr.data());
+  uint8_t hdr[kHeaderSize];
+  encode_header(h, hdr);
   // Bypasses the queue: the peer may be waiting for exactly these credits.
-  (void)try_post_locked(l, p);
+  (void)post_msg_locked(l, hdr, kHeaderSize, nullptr, 0, nullptr);
 }
 
 }  // namespace tpcomm::p2p

@@ -71,6 +71,7 @@ struct GroupInfo {
   std::string name;
   std::string backend;     ///< "auto", "tcp", "shm", ...
   std::vector<int> ranks;  ///< global ranks, index = group rank
+  int backend_id = -1;     ///< the engine's index of `backend` (set by add_group)
 };
 
 class Engine : public std::enable_shared_from_this<Engine> {
@@ -104,7 +105,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   void connect_all(const std::string& backend, const std::vector<int>& peers, Deadline deadline);
 
   /// Registers a group so that its operations are described by name; and forgets it.
-  void add_group(const GroupInfo& g);
+  void add_group(GroupInfo& g);  // sets g.backend_id
   /// Fails every pending operation of the group with AbortedError and drops its unexpected
   /// messages; later messages for it are dropped.
   void remove_group(uint64_t group);
@@ -143,11 +144,19 @@ class Engine : public std::enable_shared_from_this<Engine> {
   std::vector<uint8_t> peer_address(const std::string& transport, int peer);  // no lock
   std::string peer_host(int peer);                                            // no lock
   Link* link_locked(Slot& s, int peer);  // connects when needed; address must be cached
-  Link* link_for(std::unique_lock<std::mutex>& lk, const std::string& backend, int peer);
+  /// The link to `peer` for `backend` (backend_id: its index from add_group, or -1 to look it
+  /// up); chooses and connects on first use.
+  Link* link_for(std::unique_lock<std::mutex>& lk, const std::string& backend, int peer,
+                 int backend_id = -1);
+  int backend_id_locked(const std::string& backend);
 
   // Sending (engine lock).
-  void send_msg_locked(Link& l, std::vector<uint8_t> hdr, const void* payload, size_t len,
-                       std::shared_ptr<Op> op);
+  void send_msg_locked(Link& l, uint8_t* hdr, size_t hdr_len, const void* payload, size_t len,
+                       const std::shared_ptr<Op>& op);
+  /// Posts a message now if credits and the transport allow (true also when it failed the
+  /// op); false: it must wait.
+  bool post_msg_locked(Link& l, uint8_t* hdr, size_t hdr_len, const void* payload, size_t len,
+                       const std::shared_ptr<Op>& op);
   void send_put_locked(Link& l, std::shared_ptr<Op> op, size_t offset, size_t length,
                        const transport::RemoteKey& key, uint32_t imm);
   bool try_post_locked(Link& l, Pending& p);
@@ -181,7 +190,8 @@ class Engine : public std::enable_shared_from_this<Engine> {
 
   std::vector<std::unique_ptr<Slot>> slots_;
   std::unordered_map<uint64_t, std::unique_ptr<Link>> links_;  // (slot index << 32) | peer
-  std::unordered_map<std::string, Link*> chosen_;              // "backend/peer" -> link
+  std::unordered_map<uint64_t, Link*> chosen_;                 // (backend id << 32) | peer -> link
+  std::vector<std::string> backends_;                          // backend id -> name
   std::unordered_set<Link*> backlog_;                          // links with a non-empty queue
   std::unordered_map<std::string, std::vector<uint8_t>> addr_cache_;  // "name/rank" (own lock)
   std::unordered_map<int, std::string> host_cache_;

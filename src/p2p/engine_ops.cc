@@ -39,8 +39,9 @@ std::string Engine::group_name_locked(uint64_t group) const {
   return it == groups_.end() ? "?" : it->second.name;
 }
 
-void Engine::add_group(const GroupInfo& g) {
+void Engine::add_group(GroupInfo& g) {
   std::lock_guard<std::mutex> lk(mu_);
+  g.backend_id = backend_id_locked(g.backend);
   groups_[g.id] = g;
   removed_groups_.erase(g.id);
 }
@@ -96,7 +97,7 @@ std::shared_ptr<Op> Engine::post_send(const GroupInfo& g, int dst, int tag, cons
   if (dead != dead_peers_.end())
     throw PeerError(op->describe() + ": rank " + std::to_string(dst) +
                     " is unreachable: " + dead->second);
-  Link* l = link_for(lk, g.backend, dst);
+  Link* l = link_for(lk, g.backend, dst, g.backend_id);
   op->seq = send_seq_[SeqKey{g.id, dst, tag}]++;
   op->link = l;
   Header h;
@@ -107,10 +108,10 @@ std::shared_ptr<Op> Engine::post_send(const GroupInfo& g, int dst, int tag, cons
   h.dtype = t.dtype;
   h.bytes = t.nbytes();
   if (h.bytes <= l->eager_limit) {
-    std::vector<uint8_t> hdr(kHeaderSize);
-    encode_header(h, hdr.data());
+    uint8_t hdr[kHeaderSize];
+    encode_header(h, hdr);
     op->stage = Op::Stage::Posted;
-    send_msg_locked(*l, std::move(hdr), t.data, h.bytes, op);
+    send_msg_locked(*l, hdr, kHeaderSize, t.data, h.bytes, op);
     return op;
   }
   h.type = MsgType::Rts;
@@ -118,9 +119,9 @@ std::shared_ptr<Op> Engine::post_send(const GroupInfo& g, int dst, int tag, cons
   op->mr = l->slot->tr->register_memory(t.data, h.bytes, t.device);
   op->stage = Op::Stage::Posted;
   ops_[op->id] = op;
-  std::vector<uint8_t> hdr(kRtsSize);
-  encode_rts(h, Rts{op->id}, hdr.data());
-  send_msg_locked(*l, std::move(hdr), nullptr, 0, nullptr);
+  uint8_t hdr[kRtsSize];
+  encode_rts(h, Rts{op->id}, hdr);
+  send_msg_locked(*l, hdr, kRtsSize, nullptr, 0, nullptr);
   return op;
 }
 
@@ -335,9 +336,9 @@ void Engine::send_cts_locked(Link& l, const Header& req, const Cts& c) {
   h.type = MsgType::Cts;
   h.src = opt_.rank;
   h.credits = 0;
-  std::vector<uint8_t> hdr(kMaxCtsSize);
-  hdr.resize(encode_cts(h, c, hdr.data()));
-  send_msg_locked(l, std::move(hdr), nullptr, 0, nullptr);
+  uint8_t hdr[kMaxCtsSize];
+  size_t n = encode_cts(h, c, hdr);
+  send_msg_locked(l, hdr, n, nullptr, 0, nullptr);
 }
 
 void Engine::handle_cts_locked(Link& l, const Decoded& d) {
