@@ -62,8 +62,9 @@ std::shared_ptr<Engine> Engine::create(const Options& options) {
   ev.events = EPOLLIN;
   ev.data.fd = e->wake_fd_;
   epoll_ctl(e->epoll_fd_, EPOLL_CTL_ADD, e->wake_fd_, &ev);
-  options.store->set("link/host/" + std::to_string(options.rank), options.host_id);
   e->prepare_backend(options.backend);
+  // Last: a peer that sees the host id finds the addresses too (Engine::link_for).
+  options.store->set("link/host/" + std::to_string(options.rank), options.host_id);
   e->progress_thread_ = std::thread([raw = e.get()] { raw->progress_thread_main(); });
   return e;
 }
@@ -294,6 +295,18 @@ Link* Engine::link_for(std::unique_lock<std::mutex>& lk, const std::string& back
   if (backend_id < 0) backend_id = backend_id_locked(backend);
   uint64_t key = (static_cast<uint64_t>(backend_id) << 32) | static_cast<uint32_t>(peer);
   auto it = chosen_.find(key);
+  if (it != chosen_.end()) return it->second;
+  // First contact: learn the peer's host without holding the engine lock (a store round
+  // trip, which blocks until the peer has started). Its engine publishes its addresses
+  // before its host, so those lookups below find them at once.
+  lk.unlock();
+  peer_host(peer);
+  lk.lock();
+  if (shut_down_)
+    throw AbortedError("rank " + std::to_string(opt_.rank) +
+                       ": the process group was destroyed while connecting to rank " +
+                       std::to_string(peer));
+  it = chosen_.find(key);
   if (it != chosen_.end()) return it->second;
   std::string name = choose_locked(backend, peer);
   Slot* s = find_slot_locked(name);
