@@ -9,6 +9,7 @@
 // bw_GBps: unidirectional bandwidth: rank 0 isends a window of messages, rank 1 irecvs them
 // and answers with 8 bytes; bytes / time, median of several samples (1 GB = 1e9 B).
 // memcpy_GBps: single-thread memcpy of the same size on this machine, for reference.
+#include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -33,6 +34,7 @@ struct Args {
   std::vector<std::string> transports;
   size_t min = 8, max = 256 << 20;
   bool csv = false;
+  bool pin = false;      // rank r on CPU r (less migration noise on a shared machine)
   double seconds = 0.2;  // target time per measurement
 };
 
@@ -157,8 +159,11 @@ int main(int argc, char** argv) {
       a.max = config::parse_size(next()).value_or(256 << 20);
     } else if (s == "--csv") {
       a.csv = true;
+    } else if (s == "--pin") {
+      a.pin = true;
     } else {
-      std::fprintf(stderr, "usage: %s [--transport tcp|shm]... [--min 8] [--max 256M] [--csv]\n",
+      std::fprintf(stderr,
+                   "usage: %s [--transport tcp|shm]... [--min 8] [--max 256M] [--csv] [--pin]\n",
                    argv[0]);
       return 2;
     }
@@ -176,6 +181,12 @@ int main(int argc, char** argv) {
     for (int r = 0; r < 2; ++r) {
       pids[r] = fork();
       if (pids[r] == 0) {
+        if (a.pin) {
+          cpu_set_t set;
+          CPU_ZERO(&set);
+          CPU_SET(r % static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)), &set);
+          sched_setaffinity(0, sizeof set, &set);
+        }
         try {
           run_rank(r, dir, tr, a);
         } catch (const std::exception& e) {

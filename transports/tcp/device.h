@@ -4,6 +4,8 @@
 // by progress() through one epoll set, which is also the transport's wait_fd().
 #pragma once
 
+#include <poll.h>
+
 #include <deque>
 #include <map>
 #include <memory>
@@ -153,7 +155,11 @@ class TcpTransport : public transport::Transport {
     std::string reason;
   };
 
+  /// Sockets up to which progress() polls with poll() rather than epoll_wait().
+  static constexpr size_t kPollLimit = 64;
+
   int accept_new();
+  int handle_ready(Socket* s, bool in, bool out, transport::EventSink& sink);
   int handshake(Socket& s, transport::EventSink& sink);
   int read_frames(Socket& s, transport::EventSink& sink);
   void attach_accepted(Socket& s, const Hello& h);
@@ -177,6 +183,9 @@ class TcpTransport : public transport::Transport {
   std::vector<std::pair<TcpEndpoint*, std::string>> failing_;
   std::shared_ptr<RegionTable> regions_;
   std::vector<uint8_t> scratch_;  ///< sink for dropped put bytes
+  std::vector<pollfd> pfds_;      ///< progress()'s poll set (listener first), and its sockets
+  std::vector<Socket*> psocks_;
+  bool pfds_dirty_ = true;
 };
 
 }  // namespace tpcomm::tcp

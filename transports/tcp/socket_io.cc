@@ -16,6 +16,7 @@ namespace tpcomm::tcp {
 void TcpTransport::want_out(Socket& s, bool on) {
   if (s.want_out == on || !s.fd.valid()) return;
   s.want_out = on;
+  pfds_dirty_ = true;
   epoll_event ev{};
   ev.events = EPOLLIN | (on ? static_cast<uint32_t>(EPOLLOUT) : 0u);
   ev.data.ptr = &s;
