@@ -224,6 +224,9 @@ class Engine : public std::enable_shared_from_this<Engine> {
   std::thread progress_thread_;
   std::atomic<bool> stop_{false};
   std::atomic<int> spinners_{0};
+  std::atomic<int> sleepers_{0};              // user threads blocked on done_cv_
+  std::atomic<int64_t> last_spin_end_ns_{0};  // steady_clock, when a wait last stopped spinning
+  static constexpr std::chrono::nanoseconds kLinger{1000000};
   std::mutex park_mu_;
   std::condition_variable park_cv_;
   int epoll_fd_ = -1;

@@ -61,10 +61,14 @@ void Engine::wait(Op& op, Deadline deadline) {
     auto yield_end = spin_end + std::chrono::microseconds(yield_us_);
     spinners_.fetch_add(1);
     bool spinning = true;
-    auto stop_spinning = [&] {
+    // The progress thread stays parked while a thread spins, and for kLinger after, so that
+    // back-to-back waits (a ping-pong) never hand the transports to it and back. A thread
+    // about to sleep hands them over at once.
+    auto stop_spinning = [&](bool handover) {
       if (!spinning) return;
       spinning = false;
-      if (spinners_.fetch_sub(1) == 1) {
+      last_spin_end_ns_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+      if (spinners_.fetch_sub(1) == 1 && handover) {
         std::lock_guard<std::mutex> pl(park_mu_);
         park_cv_.notify_one();
       }
@@ -85,21 +89,23 @@ void Engine::wait(Op& op, Deadline deadline) {
         } else {
           // Block: the progress thread drives the transports and wakes us on completion.
           // Wake it too: our progress calls may have consumed the wake-up it armed for.
-          stop_spinning();
+          sleepers_.fetch_add(1);
+          stop_spinning(true);
           wake_progress_thread();
           std::unique_lock<std::mutex> lk(mu_);
           while (!op.done.load(std::memory_order_acquire) && !deadline.expired() && !stop_) {
             auto until = std::min(deadline.when(), Clock::now() + std::chrono::milliseconds(100));
             done_cv_.wait_until(lk, until);
           }
+          sleepers_.fetch_sub(1);
           break;
         }
       }
     } catch (...) {
-      stop_spinning();
+      stop_spinning(true);
       throw;
     }
-    stop_spinning();
+    stop_spinning(false);
   }
   if (!op.done.load(std::memory_order_acquire)) {
     auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -157,11 +163,17 @@ void Engine::wake_progress_thread() {
 void Engine::progress_thread_main() {
   epoll_event evs[16];
   while (!stop_.load()) {
-    if (spinners_.load() > 0) {
-      // A waiting user thread is progressing: stay out of its way.
+    auto lingering = [&] {
+      int64_t since = std::chrono::steady_clock::now().time_since_epoch().count() -
+                      last_spin_end_ns_.load(std::memory_order_relaxed);
+      return spinners_.load() > 0 || (sleepers_.load() == 0 && since < kLinger.count());
+    };
+    if (lingering()) {
+      // A waiting user thread is progressing (or just was, and likely will again): stay out of
+      // its way.
       std::unique_lock<std::mutex> pl(park_mu_);
-      park_cv_.wait_for(pl, std::chrono::milliseconds(20),
-                        [&] { return stop_.load() || spinners_.load() == 0; });
+      park_cv_.wait_for(pl, std::chrono::milliseconds(1),
+                        [&] { return stop_.load() || !lingering(); });
       continue;
     }
     bool sleep = true;
