@@ -264,20 +264,23 @@ void Engine::on_match_locked(const std::shared_ptr<Op>& recv, uint64_t msg_id) {
   incoming_.erase(it);
   const Header& h = in->h;
   recv->source = h.src;
-  std::string sent = "rank " + std::to_string(h.src) + " sent " + describe_bytes(h.dtype, h.bytes);
   uint32_t refuse = kCtsOk;
   std::exception_ptr err;
-  if (h.dtype != recv->tensor.dtype) {
-    refuse = kCtsDTypeMismatch;
-    err = std::make_exception_ptr(
-        MismatchError(recv->describe() + ": " + sent +
-                      "; the dtypes differ. Sender and receiver must use the "
-                      "same dtype."));
-  } else if (h.bytes > recv->tensor.nbytes()) {
-    refuse = kCtsTooSmall;
-    err = std::make_exception_ptr(
-        InvalidArgument(recv->describe() + ": " + sent + ", more than the " +
-                        std::to_string(recv->tensor.nbytes()) + "-byte receive buffer holds."));
+  if (h.dtype != recv->tensor.dtype || h.bytes > recv->tensor.nbytes()) {
+    // Only now: building these strings costs more than the whole fast path.
+    std::string sent =
+        "rank " + std::to_string(h.src) + " sent " + describe_bytes(h.dtype, h.bytes);
+    if (h.dtype != recv->tensor.dtype) {
+      refuse = kCtsDTypeMismatch;
+      err = std::make_exception_ptr(MismatchError(recv->describe() + ": " + sent +
+                                                  "; the dtypes differ. Sender and receiver "
+                                                  "must use the same dtype."));
+    } else {
+      refuse = kCtsTooSmall;
+      err = std::make_exception_ptr(InvalidArgument(
+          recv->describe() + ": " + sent + ", more than the " +
+          std::to_string(recv->tensor.nbytes()) + "-byte receive buffer holds."));
+    }
   }
   if (refuse != kCtsOk) {
     std::string reason;
