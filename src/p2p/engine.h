@@ -199,6 +199,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
 
   Matcher matcher_;
   std::unordered_map<uint64_t, struct Incoming*> incoming_;
+  std::pair<uint64_t, struct Incoming*> current_{0, nullptr};  // message in handle_message
   uint64_t next_msg_id_ = 1;
   std::unordered_map<uint32_t, std::shared_ptr<Op>> ops_;  // in flight, by id
   uint32_t next_id_ = 1;

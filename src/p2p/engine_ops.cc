@@ -215,14 +215,13 @@ void Engine::handle_message(Slot& s, int peer, std::span<const uint8_t> data) {
       // Most messages find their receive already posted: keep the record on the stack and
       // move it to the heap only when it has to wait.
       Incoming local{h, d->rts, &s, {}, d->payload, false};
-      Incoming* in = &local;
       uint64_t id = next_msg_id_++;
-      incoming_[id] = in;
+      current_ = {id, &local};
       std::vector<Match> matches;
       matches.swap(match_scratch_);
       matches.clear();
       if (!matcher_.arrive(ChannelKey{h.group, h.src, h.tag}, h.seq, id, &matches)) {
-        incoming_.erase(id);
+        current_ = {};
         match_scratch_.swap(matches);
         fail_peer_locked(peer, "rank " + std::to_string(peer) + " sent sequence number " +
                                    std::to_string(h.seq) + " twice (group " +
@@ -240,6 +239,7 @@ void Engine::handle_message(Slot& s, int peer, std::span<const uint8_t> data) {
         }
       }
       match_scratch_.swap(matches);
+      current_ = {};
       if (!self_matched) {
         // Out of the bounce buffer (and off the stack) before it is reposted.
         auto* kept = new Incoming{local.h, local.rts, local.slot, {}, {}, true};
@@ -257,11 +257,17 @@ void Engine::handle_message(Slot& s, int peer, std::span<const uint8_t> data) {
 }
 
 void Engine::on_match_locked(const std::shared_ptr<Op>& recv, uint64_t msg_id) {
-  auto it = incoming_.find(msg_id);
-  if (it == incoming_.end()) return;
-  Incoming* in = it->second;
+  Incoming* in;
+  if (current_.first == msg_id && current_.second) {
+    in = current_.second;  // the message being handled, still in its bounce buffer
+    current_.second = nullptr;
+  } else {
+    auto it = incoming_.find(msg_id);
+    if (it == incoming_.end()) return;
+    in = it->second;
+    incoming_.erase(it);
+  }
   std::unique_ptr<Incoming> owner(in->heap ? in : nullptr);
-  incoming_.erase(it);
   const Header& h = in->h;
   recv->source = h.src;
   uint32_t refuse = kCtsOk;
@@ -277,9 +283,9 @@ void Engine::on_match_locked(const std::shared_ptr<Op>& recv, uint64_t msg_id) {
                                                   "must use the same dtype."));
     } else {
       refuse = kCtsTooSmall;
-      err = std::make_exception_ptr(InvalidArgument(
-          recv->describe() + ": " + sent + ", more than the " +
-          std::to_string(recv->tensor.nbytes()) + "-byte receive buffer holds."));
+      err = std::make_exception_ptr(
+          InvalidArgument(recv->describe() + ": " + sent + ", more than the " +
+                          std::to_string(recv->tensor.nbytes()) + "-byte receive buffer holds."));
     }
   }
   if (refuse != kCtsOk) {
@@ -429,8 +435,10 @@ void Engine::complete_locked(const std::shared_ptr<Op>& op_ref) {
     auto it = ops_.find(op->id);
     if (it != ops_.end() && it->second == op) ops_.erase(it);
   }
-  op->done.store(true, std::memory_order_release);
-  done_cv_.notify_all();
+  op->done.store(true, std::memory_order_seq_cst);
+  // Waiters count themselves in sleepers_ before they take the lock to sleep, so none can be
+  // missed; the common case (the waiter spins) skips the condition variable.
+  if (sleepers_.load(std::memory_order_seq_cst) > 0) done_cv_.notify_all();
 }
 
 void Engine::fail_locked(const std::shared_ptr<Op>& op, std::exception_ptr e) {
