@@ -26,7 +26,7 @@ struct Options {
   int family = 0;    ///< AF_UNSPEC, AF_INET or AF_INET6
   size_t bufsize = 0;
   size_t max_message = 256 * 1024;
-  size_t frame = 4 << 20;  ///< largest put fragment per write
+  size_t frame = 1 << 20;  ///< largest put fragment per write
   /// Reads the TPCOMM_SOCKET_* variables.
   static Options from_env();
 };

@@ -21,7 +21,7 @@ constexpr Param kParams[] = {
    "tcp"},
   {"TPCOMM_SOCKET_FAMILY", T::Enum, "any", "any|ipv4|ipv6|AF_INET|AF_INET6",
    "tcp transport: address family of the interfaces it uses (as NCCL_SOCKET_FAMILY).", "tcp"},
-  {"TPCOMM_SOCKET_FRAME", T::Size, "4M", "",
+  {"TPCOMM_SOCKET_FRAME", T::Size, "1M", "",
    "tcp transport: largest piece of a put written in one go; puts are spread over the "
    "sockets of a peer in pieces of at most this size.", "tcp"},
   {"TPCOMM_SOCKET_IFNAME", T::String, "", "",
