@@ -19,7 +19,7 @@ maxbytes=$(python3 -c "import sys; s='$MAX'; m={'K':1<<10,'M':1<<20,'G':1<<30}; 
 echo "# machine: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 
 # tpcomm
-"$BUILD/bin/p2p_bench" --csv --max "$MAX" >"$OUT/tpcomm.csv" || echo "p2p_bench failed" >&2
+"$BUILD/bin/p2p_bench" --csv --pin --max "$MAX" >"$OUT/tpcomm.csv" || echo "p2p_bench failed" >&2
 
 # iperf3, 1 MiB writes, loopback
 if have iperf3; then
