@@ -12,7 +12,9 @@
 // through the ring), a window of puts in flight, each acknowledged by the peer once its
 // notification arrived (the data is in place); bytes/s counts payload only.
 // BM_Memcpy/bytes: single-thread memcpy between two buffers of that size (the reference).
-// Every case uses real (wall) time.
+// Every case uses real (wall) time. The best_* counters report the quickest sample (a window
+// of puts, a batch of 64 round trips, one memcpy): on a shared machine they show what the
+// hardware gives when the other processes leave it alone; the usual columns show the mean.
 #include <benchmark/benchmark.h>
 #include <poll.h>
 #include <signal.h>
@@ -183,14 +185,22 @@ void BM_PingPong(benchmark::State& state) {
   Pair& p = pair(true);
   std::vector<uint8_t> msg(static_cast<size_t>(state.range(0)), 1);
   iovec v{msg.data(), msg.size()};
+  constexpr int kBatch = 64;  // round trips per timing sample
+  double best = 1e9;
   for (auto _ : state) {
-    uint64_t want = p.acks + 1;
-    while (p.ep->send({&v, 1}) != PostStatus::Ok) p.t->progress(p.s);
-    while (p.acks < want) p.t->progress(p.s);
+    auto t0 = Clock::now();
+    for (int i = 0; i < kBatch; ++i) {
+      uint64_t want = p.acks + 1;
+      while (p.ep->send({&v, 1}) != PostStatus::Ok) p.t->progress(p.s);
+      while (p.acks < want) p.t->progress(p.s);
+    }
+    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
   }
   state.counters["one_way"] =
-      benchmark::Counter(static_cast<double>(state.iterations()) * 2,
+      benchmark::Counter(static_cast<double>(state.iterations()) * 2 * kBatch,
                          benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  // The quietest sample: what the machine gives without the noise of other processes.
+  state.counters["best_one_way_us"] = best / (2 * kBatch) * 1e6;
 }
 BENCHMARK(BM_PingPong)->Arg(8)->Arg(256)->Arg(4096)->Arg(16384)->UseRealTime();
 
@@ -200,7 +210,9 @@ void BM_Put(benchmark::State& state) {
   Pair& p = pair(cma);
   // Enough puts in flight to cover the acknowledgement's round trip.
   int window = static_cast<int>(std::clamp<size_t>((16 << 20) / bytes, 1, 32));
+  double best = 1e9;
   for (auto _ : state) {
+    auto t0 = Clock::now();
     uint64_t want = p.acks + static_cast<uint64_t>(window);
     for (int i = 0; i < window; ++i) {
       while (p.ep->put(*p.mr, 0, p.key, 0, bytes, static_cast<uint32_t>(i), 0) != PostStatus::Ok) {
@@ -208,9 +220,12 @@ void BM_Put(benchmark::State& state) {
       }
     }
     while (p.acks < want) p.t->progress(p.s);
+    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * window *
                           static_cast<int64_t>(bytes));
+  state.counters["best_GBps"] =
+      static_cast<double>(window) * static_cast<double>(bytes) / best / 1e9;
 }
 BENCHMARK(BM_Put)
     ->ArgsProduct({{1, 0}, {64 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20}})
@@ -219,11 +234,15 @@ BENCHMARK(BM_Put)
 void BM_Memcpy(benchmark::State& state) {
   size_t bytes = static_cast<size_t>(state.range(0));
   static std::vector<uint8_t> a(kMaxPut, 1), b(kMaxPut, 2);
+  double best = 1e9;
   for (auto _ : state) {
+    auto t0 = Clock::now();
     std::memcpy(b.data(), a.data(), bytes);
     benchmark::ClobberMemory();
+    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(bytes));
+  state.counters["best_GBps"] = static_cast<double>(bytes) / best / 1e9;
 }
 BENCHMARK(BM_Memcpy)
     ->Arg(64 << 10)
