@@ -10,6 +10,11 @@ struct Case {
   int ranks;
 };
 
+// Names the case in test listings ("tcp x 4 ranks") instead of dumping its bytes.
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.transport << " x " << c.ranks << " ranks";
+}
+
 class Exchange : public ::testing::TestWithParam<Case> {};
 
 // Each rank sends to the next and receives from the previous, for every (size, dtype).
