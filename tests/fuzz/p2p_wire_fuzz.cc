@@ -12,9 +12,10 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string err;
   // Mostly the source the header claims (to get past that check), sometimes another.
-  int32_t peer = 0;
-  if (size >= 20) std::memcpy(&peer, data + 16, 4);
-  if (size > 0 && (data[size - 1] & 7) == 0) peer += 1;
+  uint32_t raw = 0;
+  if (size >= 20) std::memcpy(&raw, data + 16, 4);
+  if (size > 0 && (data[size - 1] & 7) == 0) raw += 1;  // unsigned: wraps without UB
+  int32_t peer = static_cast<int32_t>(raw);
   auto d = tpcomm::p2p::decode(std::span<const uint8_t>(data, size), peer, &err);
   if (d && d->header.type == tpcomm::p2p::MsgType::Eager && d->payload.size() != d->header.bytes)
     __builtin_trap();
