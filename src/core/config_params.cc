@@ -36,6 +36,9 @@ constexpr Param kParams[] = {
    "listen() backlog of the TCPStore server.", "store"},
   {"TPCOMM_STORE_CONNECT_RETRY", T::Duration, "10ms", "",
    "Initial back-off between TCPStore connection attempts (doubles, capped at 1 s).", "store"},
+  {"TPCOMM_STORE_HANDSHAKE_TIMEOUT", T::Duration, "5s", "",
+   "How long the TCPStore server keeps a new connection that has not completed its handshake "
+   "(a silent or half-written hello) before closing it; 0 waits forever.", "store"},
   {"TPCOMM_STORE_MAX_CLIENTS", T::Int, "65536", "1..1048576",
    "Most concurrent client connections a TCPStore server accepts; more are refused with an "
    "error reply.", "store"},

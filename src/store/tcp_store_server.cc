@@ -45,6 +45,7 @@ TCPStoreServerConfig TCPStoreServerConfig::from_registry(std::string host, uint1
   c.max_value = config::get_size("TPCOMM_STORE_MAX_VALUE");
   c.max_clients = static_cast<int>(config::get_int("TPCOMM_STORE_MAX_CLIENTS"));
   c.spin = store_spin_from_registry();
+  c.handshake_timeout = config::get_duration("TPCOMM_STORE_HANDSHAKE_TIMEOUT");
   return c;
 }
 
@@ -138,7 +139,11 @@ void TCPStoreServer::Impl::run() {
       spin_hits = n > 0 ? std::min(spin_hits + 1, 8) : spin_hits - 1;
     }
     if (n == 0) {
-      n = ::epoll_wait(epoll_fd, events, kMaxEvents, -1);
+      // Sleep until an event or the next handshake deadline (no sleep when expiring one
+      // produced output to flush).
+      int timeout_ms = pending_hello.empty() ? -1 : expire_handshakes();
+      if (!dirty.empty() || !graveyard.empty()) timeout_ms = 0;
+      n = ::epoll_wait(epoll_fd, events, kMaxEvents, timeout_ms);
       if (spin.count() > 0 && n > 0) spin_hits = std::max(spin_hits, 1);
     }
     if (n < 0) {
@@ -164,6 +169,10 @@ void TCPStoreServer::Impl::run() {
       }
     }
     flush_dirty();
+    if (!pending_hello.empty()) {
+      expire_handshakes();
+      flush_dirty();
+    }
     bury_dead();
   }
   shutdown_all();
@@ -210,10 +219,50 @@ void TCPStoreServer::Impl::accept_clients() {
       continue;
     }
     c->ev_mask = ev.events;
+    if (cfg.handshake_timeout.count() > 0) {
+      pending_hello.push_back(
+          {fd, c->id, std::chrono::steady_clock::now() + cfg.handshake_timeout});
+    }
     conns[fd] = std::move(c);
     ++open_conns;
     conn_count.store(open_conns, std::memory_order_relaxed);
   }
+}
+
+int TCPStoreServer::Impl::expire_handshakes() {
+  auto now = std::chrono::steady_clock::now();
+  while (!pending_hello.empty()) {
+    const PendingHello p = pending_hello.front();
+    Conn* c = conns[p.fd].get();
+    if (!c || c->id != p.id || c->dead || c->hello) {
+      pending_hello.pop_front();
+      continue;
+    }
+    if (p.due > now) {
+      auto ms = std::chrono::ceil<std::chrono::milliseconds>(p.due - now).count();
+      return static_cast<int>(std::min<int64_t>(ms, 60000));
+    }
+    pending_hello.pop_front();
+    // A hello that arrived just now still counts.
+    on_readable(*c);
+    if (c->dead || c->hello) continue;
+    ++handshake_timeouts;
+    std::string msg =
+        "TCPStore server " + addr + ": closing " + c->peer + ": no handshake within " +
+        std::to_string(cfg.handshake_timeout.count()) + " ms (" +
+        (c->close_after_flush ? std::string("refused, and it does not read the reply")
+                              : std::to_string(c->in.len) + " bytes of a hello arrived") +
+        "); a store client introduces itself at once, so this is another program or a stuck "
+        "process (TPCOMM_STORE_HANDSHAKE_TIMEOUT sets the limit)";
+    if (handshake_timeouts <= 16) {
+      if (handshake_timeouts == 16) msg += "; further ones are logged at trace level";
+      TPLOG(WARN, STORE) << msg;
+    } else {
+      TPLOG(TRACE, STORE) << msg;
+    }
+    close_conn(*c, "");
+  }
+  return -1;
 }
 
 void TCPStoreServer::Impl::SockAddr_to_text(const sockaddr_storage& ss, socklen_t len,

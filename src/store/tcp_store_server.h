@@ -21,8 +21,11 @@ struct TCPStoreServerConfig {
   uint64_t max_value = 256ull << 20;
   int max_clients = 65536;
   std::chrono::microseconds spin{50};
+  /// A connection that has not completed its hello after this long is closed (0: never).
+  std::chrono::milliseconds handshake_timeout{5000};
 
-  /// Reads TPCOMM_STORE_BACKLOG, _MAX_KEY, _MAX_VALUE, _MAX_CLIENTS and _SPIN.
+  /// Reads TPCOMM_STORE_BACKLOG, _MAX_KEY, _MAX_VALUE, _MAX_CLIENTS, _SPIN and
+  /// _HANDSHAKE_TIMEOUT.
   static TCPStoreServerConfig from_registry(std::string host, uint16_t port, std::string job_id);
 };
 

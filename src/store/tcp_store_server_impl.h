@@ -6,8 +6,10 @@
 #include <sys/socket.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -111,6 +113,9 @@ struct TCPStoreServer::Impl {
   void close_conn(Conn& c, const std::string& why);
   void bury_dead();
   void shutdown_all();
+  // Closes connections whose handshake is overdue; returns the epoll timeout (ms, -1 = none)
+  // until the next one is due.
+  int expire_handshakes();
 
   // Operations (tcp_store_server_ops.cc).
   void handle_frame(Conn& c, const store_wire::Header& h, const uint8_t* payload);
@@ -140,6 +145,15 @@ struct TCPStoreServer::Impl {
   std::vector<std::unique_ptr<Conn>> conns;  // by fd
   std::vector<std::pair<int, uint64_t>> dirty;
   std::vector<int> graveyard;  // closed at the end of the batch (no fd reuse within it)
+  // Connections without a completed hello, in accept order (= deadline order): fd, conn id,
+  // deadline. Entries of connections that said hello or closed are dropped lazily.
+  struct PendingHello {
+    int fd;
+    uint64_t id;
+    std::chrono::steady_clock::time_point due;
+  };
+  std::deque<PendingHello> pending_hello;
+  uint64_t handshake_timeouts = 0;  // connections closed for it (the first few are WARNed)
   uint64_t next_conn_id = 1;
   int open_conns = 0;
   int clients = 0;  // handshaken

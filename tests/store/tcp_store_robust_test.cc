@@ -3,9 +3,13 @@
 // server drops (or answers) the offender and keeps serving everybody else.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <fstream>
 #include <random>
+#include <sstream>
 #include <thread>
 
+#include "core/log.h"
 #include "store/tcp_store_test_util.h"
 #include "tpcomm/error.hpp"
 #include "tpcomm/store.hpp"
@@ -249,6 +253,9 @@ TEST_F(TCPStoreRobust, FiveThousandIdleConnections) {
     GTEST_SKIP() << "RLIMIT_NOFILE is " << limit << ", need " << 2 * kIdle + 512
                  << " for 5000 loopback connections in one process (raise `ulimit -Hn`)";
   }
+  // Idle, not silent forever: the handshake timeout must not close them during the test.
+  ScopedEnv patient("TPCOMM_STORE_HANDSHAKE_TIMEOUT", "600s");
+  SetUp();
   std::vector<net::Fd> idle;
   idle.reserve(kIdle);
   for (int i = 0; i < kIdle; ++i) {
@@ -266,6 +273,122 @@ TEST_F(TCPStoreRobust, FiveThousandIdleConnections) {
   expect_serving();
   idle.clear();
   expect_serving();
+}
+
+// The store's WARN lines go to a file for the scope of a test (read back with text()).
+class StoreLogFile {
+ public:
+  StoreLogFile()
+      : path_("/tmp/tpcomm-store-robust-" + std::to_string(::getpid()) + ".log"),
+        level_("TPCOMM_DEBUG", "warn"),
+        subsys_("TPCOMM_DEBUG_SUBSYS", "store"),
+        file_("TPCOMM_DEBUG_FILE", path_) {
+    log::reload();
+  }
+  ~StoreLogFile() {
+    file_.reset();
+    subsys_.reset();
+    level_.reset();
+    log::reload();
+    std::remove(path_.c_str());
+  }
+  std::string text() const {
+    std::ifstream in(path_);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+
+ private:
+  // Emplaced so that the destructor can restore the environment before the log reload.
+  struct Env {
+    Env(const char* n, const std::string& v) : env(std::make_unique<ScopedEnv>(n, v)) {}
+    void reset() { env.reset(); }
+    std::unique_ptr<ScopedEnv> env;
+  };
+  std::string path_;
+  Env level_, subsys_, file_;
+};
+
+std::vector<uint8_t> hello_frame(const std::string& job = "default") {
+  std::vector<uint8_t> b;
+  store_wire::Writer w(&b);
+  w.begin(Op::kHello, 1);
+  w.str(job);
+  w.str("raw-test");
+  w.u32(0);
+  w.end();
+  return b;
+}
+
+// A connection that says nothing, or half a hello, loses its slot after
+// TPCOMM_STORE_HANDSHAKE_TIMEOUT; handshaken clients, idle or not, keep theirs.
+TEST(TCPStoreHandshake, SilentAndHalfHelloConnectionsAreClosed) {
+  StoreLogFile log_file;
+  ScopedEnv timeout("TPCOMM_STORE_HANDSHAKE_TIMEOUT", "1s");
+  TCPStore master("127.0.0.1", 0, -1, true, 30s, false);
+  TCPStore early("127.0.0.1", master.port(), -1, false, 30s);
+  RawConn silent(master.port());
+  RawConn half_header(master.port());
+  RawConn half_payload(master.port());
+  auto hello = hello_frame();
+  half_header.send_bytes(hello.data(), 7);
+  half_payload.send_bytes(hello.data(), hello.size() - 3);
+  EXPECT_TRUE(silent.closed_by_server(20s));
+  EXPECT_TRUE(half_header.closed_by_server(20s));
+  EXPECT_TRUE(half_payload.closed_by_server(20s));
+  // The server's own client and one that joined before: still served, long after 1 s.
+  early.set("k", std::string_view("v"));
+  EXPECT_EQ(master.get_string("k"), "v");
+  EXPECT_EQ(early.add("n", 1), 1);
+  // New clients are welcome.
+  TCPStore late("127.0.0.1", master.port(), -1, false, 30s);
+  EXPECT_EQ(late.get_string("k"), "v");
+  std::string log = log_file.text();
+  EXPECT_TRUE(contains(log, "no handshake within 1000 ms")) << log;
+  EXPECT_TRUE(contains(log, "0 bytes of a hello arrived")) << log;
+  EXPECT_TRUE(contains(log, "7 bytes of a hello arrived")) << log;
+  EXPECT_TRUE(contains(log, "TPCOMM_STORE_HANDSHAKE_TIMEOUT")) << log;
+}
+
+// A client that dribbles its hello in pieces, but within the timeout, is served normally.
+TEST(TCPStoreHandshake, SlowButValidClientWithinTheTimeoutWorks) {
+  ScopedEnv timeout("TPCOMM_STORE_HANDSHAKE_TIMEOUT", "10s");
+  TCPStore master("127.0.0.1", 0, -1, true, 30s, false);
+  RawConn slow(master.port());
+  auto hello = hello_frame();
+  slow.send_bytes(hello.data(), 5);
+  std::this_thread::sleep_for(200ms);
+  slow.send_bytes(hello.data() + 5, 20);
+  std::this_thread::sleep_for(200ms);
+  slow.send_bytes(hello.data() + 25, hello.size() - 25);
+  auto ok = slow.read_frame();
+  ASSERT_EQ(ok.op, static_cast<uint8_t>(Op::kHelloOk)) << ok.text;
+  slow.send_bytes(testing::frame(Op::kAdd, 2, {"slow"}, 5, true));
+  auto r = slow.read_frame();
+  EXPECT_EQ(r.op, static_cast<uint8_t>(Op::kInt)) << r.text;
+  EXPECT_EQ(r.integer, 5);
+  EXPECT_EQ(master.add("slow", 0), 5);
+}
+
+// TPCOMM_STORE_HANDSHAKE_TIMEOUT=0 keeps silent connections (the old behaviour); a malformed
+// value fails naming the variable.
+TEST(TCPStoreHandshake, ZeroDisablesAndBadValuesAreRefused) {
+  {
+    ScopedEnv timeout("TPCOMM_STORE_HANDSHAKE_TIMEOUT", "0");
+    TCPStore master("127.0.0.1", 0, -1, true, 30s, false);
+    RawConn silent(master.port());
+    EXPECT_FALSE(silent.closed_by_server(300ms));
+    master.set("k", std::string_view("v"));
+    EXPECT_EQ(master.get_string("k"), "v");
+  }
+  ScopedEnv bad("TPCOMM_STORE_HANDSHAKE_TIMEOUT", "soon");
+  try {
+    TCPStore master("127.0.0.1", 0, -1, true, 30s, false);
+    FAIL() << "a malformed TPCOMM_STORE_HANDSHAKE_TIMEOUT was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_TRUE(contains(e.what(), "TPCOMM_STORE_HANDSHAKE_TIMEOUT")) << e.what();
+  }
 }
 
 }  // namespace
