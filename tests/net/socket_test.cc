@@ -6,6 +6,7 @@
 
 #include <thread>
 
+#include "common/reserved_port.h"
 #include "tpcomm/error.hpp"
 
 namespace tpcomm::net {
@@ -96,7 +97,8 @@ TEST(Socket, PortInUseSaysSo) {
 }
 
 TEST(Socket, ConnectRetriesThenTimesOut) {
-  uint16_t port = pick_free_port();
+  ::tpcomm::testing::ReservedPort reserved;  // refused until the listener below appears
+  const uint16_t port = reserved.port();
   auto t0 = std::chrono::steady_clock::now();
   try {
     connect_to("127.0.0.1", port, Deadline::after(300ms), 5ms);

@@ -9,6 +9,7 @@
 #include <functional>
 #include <thread>
 
+#include "common/reserved_port.h"
 #include "core/config.h"
 #include "net/socket.h"
 #include "rendezvous/url.h"
@@ -196,7 +197,9 @@ TEST_F(RendezvousTest, FileSchemeErrors) {
 
 TEST_F(RendezvousTest, TcpSchemeWithThreads) {
   constexpr int kWorld = 3;
-  uint16_t port = net::pick_free_port("127.0.0.1");
+  // Rank 0 binds it, but only inside rendezvous(), while the other ranks already connect.
+  testing::ReservedPort reserved;
+  const uint16_t port = reserved.port();
   std::string url = "tcp://127.0.0.1:" + std::to_string(port) + "?world_size=3";
   run_ranks(kWorld, [&](int r) {
     RendezvousResult res = rendezvous(url, r, -1, 60s);
@@ -283,7 +286,8 @@ TEST_F(RendezvousTest, EnvSchemeRankZeroHostsTheStore) {
 TEST_F(RendezvousTest, EnvSchemeWithThreadsOnAFreePort) {
   constexpr int kWorld = 2;
   set_env("MASTER_ADDR", "127.0.0.1");
-  set_env("MASTER_PORT", std::to_string(net::pick_free_port("127.0.0.1")));
+  testing::ReservedPort reserved;  // rank 0 binds it inside rendezvous()
+  set_env("MASTER_PORT", std::to_string(reserved.port()));
   run_ranks(kWorld, [&](int r) {
     RendezvousResult res = rendezvous("env://?world_size=2", r, -1, 60s);
     exchange(*res.store, r, kWorld);

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <thread>
 
+#include "common/reserved_port.h"
 #include "store/tcp_store_test_util.h"
 #include "tpcomm/error.hpp"
 #include "tpcomm/store.hpp"
@@ -327,7 +328,8 @@ TEST(TCPStore, SilentServerTimesOutTheHandshake) {
 }
 
 TEST(TCPStore, WaitForWorkersReturnsWhenAllJoined) {
-  uint16_t port = net::pick_free_port();
+  testing::ReservedPort reserved;  // the clients need the number before the server binds
+  const uint16_t port = reserved.port();
   std::atomic<bool> master_ready{false};
   std::unique_ptr<TCPStore> master;
   std::thread t([&] {
@@ -349,7 +351,8 @@ TEST(TCPStore, WaitForWorkersReturnsWhenAllJoined) {
 }
 
 TEST(TCPStore, WaitForWorkersTimesOutSayingHowMany) {
-  uint16_t port = net::pick_free_port();
+  testing::ReservedPort reserved;  // the clients need the number before the server binds
+  const uint16_t port = reserved.port();
   std::unique_ptr<TCPStore> w1;
   std::thread t([&] {
     try {
@@ -368,7 +371,8 @@ TEST(TCPStore, WaitForWorkersTimesOutSayingHowMany) {
 }
 
 TEST(TCPStore, ClientRetriesUntilTheServerStarts) {
-  uint16_t port = net::pick_free_port();
+  testing::ReservedPort reserved;  // the clients need the number before the server binds
+  const uint16_t port = reserved.port();
   std::unique_ptr<TCPStore> c;
   std::thread t([&] {
     try {
@@ -386,7 +390,8 @@ TEST(TCPStore, ClientRetriesUntilTheServerStarts) {
 }
 
 TEST(TCPStore, ConnectTimeoutNamesTheAddress) {
-  uint16_t port = net::pick_free_port();
+  testing::ReservedPort reserved;  // the clients need the number before the server binds
+  const uint16_t port = reserved.port();
   auto t0 = std::chrono::steady_clock::now();
   try {
     TCPStore c("127.0.0.1", port, -1, false, 500ms);
