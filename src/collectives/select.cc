@@ -17,6 +17,7 @@
 #include "collectives/reduce/reduce.h"
 #include "collectives/reduce_scatter/reduce_scatter.h"
 #include "collectives/scatter/scatter.h"
+#include "collectives/shm/catalogue.h"
 #include "core/config.h"
 #include "core/log.h"
 #include "tpcomm/error.hpp"
@@ -101,7 +102,7 @@ const AlgoInfo* find_algorithm(CollOp op, std::string_view name) {
   for (const AlgoInfo& a : catalogue(op)) {
     if (name == a.name) return &a;
   }
-  return nullptr;
+  return shm::find_shm_algorithm(op, name);  // run by shm::HostColl, not here
 }
 
 std::string algorithm_names(CollOp op) {
@@ -248,16 +249,23 @@ const std::vector<AlgoRule>& env_rules() {
 const AlgoInfo& select_algorithm(CollOp op, uint64_t bytes, int nranks, const TransportHints& hints,
                                  const CommonOptions& options, size_t slice_bytes) {
   std::span<const AlgoInfo> algos = catalogue(op);
+  // shm_direct forced but not running (no shared memory here): the cost model decides.
+  bool forced_shm = false;
   if (!options.algorithm.empty()) {
     const AlgoInfo* a = find_algorithm(op, options.algorithm);
     if (a == nullptr) {
       throw InvalidArgument(std::string(coll_op_name(op)) + ": unknown algorithm '" +
                             options.algorithm + "' (valid: " + algorithm_names(op) + ")");
     }
-    return *a;
+    if (!shm::is_shm_algorithm(*a)) return *a;
+    forced_shm = true;
   }
   for (const AlgoRule& r : env_rules()) {
-    if (r.op == op && bytes >= r.lo && bytes <= r.hi) return *r.algo;
+    if (forced_shm) break;
+    if (r.op == op && bytes >= r.lo && bytes <= r.hi) {
+      if (shm::is_shm_algorithm(*r.algo)) break;
+      return *r.algo;
+    }
   }
   const AlgoInfo* best = &algos[0];
   double best_t = estimate_us(op, *best, bytes, nranks, hints, slice_bytes);

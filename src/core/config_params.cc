@@ -39,6 +39,10 @@ constexpr Param kParams[] = {
   {"TPCOMM_STORE_HANDSHAKE_TIMEOUT", T::Duration, "5s", "",
    "How long the TCPStore server keeps a new connection that has not completed its handshake "
    "(a silent or half-written hello) before closing it; 0 waits forever.", "store"},
+  {"TPCOMM_STORE_LOCAL_SOCKET", T::Bool, "1", "",
+   "TCPStore clients on the server's host move to a Unix-domain socket after the TCP handshake "
+   "(the server offers an abstract socket; much cheaper than loopback TCP). 0 keeps every "
+   "client on TCP (set on the server, the client, or both).", "store"},
   {"TPCOMM_STORE_MAX_CLIENTS", T::Int, "65536", "1..1048576",
    "Most concurrent client connections a TCPStore server accepts; more are refused with an "
    "error reply.", "store"},
@@ -117,6 +121,17 @@ constexpr Param kParams[] = {
    "stores: no read-for-ownership of the output (about 1.5x the bandwidth out of cache), but "
    "the result leaves the caches. The default stays above pipelined chunk sizes "
    "(TPCOMM_BUFFSIZE); 0 never streams.", "collectives"},
+  {"TPCOMM_SHM_COLL_BYTES", T::Size, "4M", "",
+   "Shared staging region of each rank for the intra-host direct-read collectives "
+   "(shm_direct): two halves used alternately; larger tensors are pipelined through it in "
+   "chunks.", "collectives"},
+  {"TPCOMM_SHM_COLL_CHUNK", T::Size, "512K", "",
+   "Pipelining chunk of the shm_direct collectives (capped at half of TPCOMM_SHM_COLL_BYTES); "
+   "small enough to stay in the caches between the copy in and the peers' reads.",
+   "collectives"},
+  {"TPCOMM_SHM_COLL_SPIN_US", T::Int, "50", "0..10000000",
+   "shm_direct waits: microseconds of busy polling before yielding, then sleeping on a futex "
+   "(cut to 2 us when the host's ranks outnumber its cores).", "collectives"},
 
   // ---- variables owned by others, read through the registry ----
   {"GROUP_RANK", T::Int, "", "0..", "Node rank, set by tprun for workers.", "launch", true},

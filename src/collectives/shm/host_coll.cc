@@ -1,0 +1,271 @@
+// HostColl: segment exchange through the group's store, and the entry points.
+#include "collectives/shm/host_coll.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <random>
+#include <sstream>
+
+#include "collectives/shm/algos.h"
+#include "collectives/shm/catalogue.h"
+#include "collectives/shm/segment.h"
+#include "collectives/shm/team.h"
+#include "collectives/util.h"
+#include "core/config.h"
+#include "core/log.h"
+#include "tpcomm/error.hpp"
+
+namespace tpcomm::coll::shm {
+
+namespace {
+
+// What a rank publishes about its segment: "OK pid fd nonce bytes chunk boot_id", or
+// "FAIL reason".
+struct SegInfo {
+  bool ok = false;
+  std::string reason;
+  long pid = 0;
+  int fd = -1;
+  uint64_t nonce = 0, bytes = 0, chunk = 0;
+  std::string boot;
+};
+
+std::string encode(const SegInfo& s) {
+  if (!s.ok) return "FAIL " + s.reason;
+  std::ostringstream os;
+  os << "OK " << s.pid << " " << s.fd << " " << s.nonce << " " << s.bytes << " " << s.chunk << " "
+     << s.boot;
+  return os.str();
+}
+
+SegInfo decode(const std::string& text) {
+  SegInfo s;
+  std::istringstream is(text);
+  std::string tag;
+  is >> tag;
+  if (tag != "OK") {
+    s.reason = text.size() > 5 ? text.substr(5) : "unknown reason";
+    return s;
+  }
+  is >> s.pid >> s.fd >> s.nonce >> s.bytes >> s.chunk >> s.boot;
+  s.ok = static_cast<bool>(is);
+  if (!s.ok) s.reason = "malformed segment record '" + text + "'";
+  return s;
+}
+
+std::vector<std::string> keys_of(const std::string& prefix, int size) {
+  std::vector<std::string> keys;
+  for (int r = 0; r < size; ++r) keys.push_back(prefix + std::to_string(r));
+  return keys;
+}
+
+std::vector<std::string> gather_all(Store& store, const std::string& prefix, int size,
+                                    Deadline dl) {
+  std::vector<std::string> keys = keys_of(prefix, size);
+  store.wait(keys, dl.remaining());
+  std::vector<std::string> out;
+  for (const Bytes& b : store.multi_get(keys)) out.push_back(to_string(b));
+  return out;
+}
+
+}  // namespace
+
+std::unique_ptr<HostColl> HostColl::create(Store& store, int rank, int size, Deadline dl) {
+  if (size < 1 || rank < 0 || rank >= size) {
+    throw InvalidArgument("shm_direct: rank " + std::to_string(rank) +
+                          " is not within a group of " + std::to_string(size));
+  }
+  size_t staging = config::get_size("TPCOMM_SHM_COLL_BYTES");
+  staging = std::max<size_t>(staging, 2 * 4096) / 8192 * 8192;
+  const size_t chunk =
+      std::max<size_t>(std::min<size_t>(config::get_size("TPCOMM_SHM_COLL_CHUNK"), staging / 2),
+                       4096) /
+      64 * 64;
+  const int spin = static_cast<int>(config::get_int("TPCOMM_SHM_COLL_SPIN_US"));
+  const size_t bytes = kStagingOffset + staging;
+  std::unique_ptr<HostColl> hc(new HostColl());
+  hc->segments_.resize(static_cast<size_t>(size));
+  hc->last_ = &shm_catalogue(CollOp::Barrier)[0];
+  hc->rules_ = current_algo_rules();
+  // A fresh key space per instance: every rank creates its n-th instance with the n-th value.
+  const int64_t gen = store.add("shm_coll/gen/" + std::to_string(rank), 1);
+  const std::string prefix = "shm_coll/" + std::to_string(gen) + "/";
+
+  SegInfo mine;
+  try {
+    MappedSegment seg = MappedSegment::create(bytes, "rank " + std::to_string(rank) + "'s staging");
+    std::random_device rd;
+    mine.nonce = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ static_cast<uint64_t>(::getpid());
+    auto* h = reinterpret_cast<SegHeader*>(seg.base());
+    h->magic = kMagic;
+    h->nonce = mine.nonce;
+    h->bytes = bytes;
+    h->rank = rank;
+    h->size = size;
+    mine.ok = true;
+    mine.pid = ::getpid();
+    mine.fd = seg.fd();
+    mine.bytes = bytes;
+    mine.chunk = chunk;
+    mine.boot = boot_id();
+    if (mine.boot.empty()) mine.boot = "unknown";
+    hc->segments_[static_cast<size_t>(rank)] = std::move(seg);
+  } catch (const Error& e) {
+    mine.reason = e.what();
+  }
+  store.set(prefix + "seg/" + std::to_string(rank), encode(mine));
+  std::vector<std::string> recs = gather_all(store, prefix + "seg/", size, dl);
+
+  // Map every peer's segment; any problem becomes this rank's published failure.
+  std::string problem = mine.ok ? "" : mine.reason;
+  for (int r = 0; r < size && problem.empty(); ++r) {
+    if (r == rank) continue;
+    SegInfo s = decode(recs[static_cast<size_t>(r)]);
+    const std::string who = "rank " + std::to_string(r);
+    if (!s.ok) {
+      problem = who + " could not create its segment: " + s.reason;
+    } else if (s.boot != mine.boot) {
+      problem = who + " runs on another host (boot id " + s.boot + ", here " + mine.boot + ")";
+    } else if (s.bytes != bytes || s.chunk != chunk) {
+      problem = who + " has TPCOMM_SHM_COLL_BYTES/TPCOMM_SHM_COLL_CHUNK giving " +
+                std::to_string(s.bytes) + "/" + std::to_string(s.chunk) + " bytes, here " +
+                std::to_string(bytes) + "/" + std::to_string(chunk) +
+                "; set them alike on every rank";
+    } else {
+      try {
+        MappedSegment seg =
+            MappedSegment::open_peer(static_cast<pid_t>(s.pid), s.fd, s.bytes, who + "'s staging");
+        auto* h = reinterpret_cast<const SegHeader*>(seg.base());
+        if (h->magic != kMagic || h->nonce != s.nonce || h->rank != r || h->size != size) {
+          problem = who + "'s segment (pid " + std::to_string(s.pid) +
+                    ") is not the one it published; is it in another pid namespace?";
+        } else {
+          hc->segments_[static_cast<size_t>(r)] = std::move(seg);
+        }
+      } catch (const Error& e) {
+        problem = e.what();
+      }
+    }
+  }
+  SegInfo verdict;
+  verdict.ok = problem.empty();
+  verdict.reason = problem;
+  verdict.pid = ::getpid();
+  verdict.boot = "-";
+  store.set(prefix + "mapped/" + std::to_string(rank), encode(verdict));
+  std::vector<std::string> verdicts = gather_all(store, prefix + "mapped/", size, dl);
+  // Every peer holds its own descriptor now (or gave up): ours can go.
+  hc->segments_[static_cast<size_t>(rank)].close_fd();
+  for (int r = 0; r < size; ++r) {
+    SegInfo v = decode(verdicts[static_cast<size_t>(r)]);
+    if (!v.ok) {
+      throw TransportError("shm_direct: rank " + std::to_string(rank) + " of " +
+                           std::to_string(size) +
+                           ": the group cannot use shared-memory collectives, rank " +
+                           std::to_string(r) + " reports: " + v.reason);
+    }
+  }
+  std::vector<uint8_t*> bases;
+  for (const MappedSegment& s : hc->segments_) bases.push_back(s.base());
+  hc->team_ = std::make_unique<Team>(rank, size, std::move(bases), staging, chunk, spin);
+  TPLOG(INFO, COLL) << "shm_direct: rank " << rank << "/" << size << " mapped " << size
+                    << " segments of " << bytes << " bytes (chunk " << chunk << ")";
+  return hc;
+}
+
+HostColl::~HostColl() = default;
+
+int HostColl::rank() const { return team_->rank(); }
+int HostColl::size() const { return team_->size(); }
+
+bool HostColl::begin(CollOp op, uint64_t bytes, const CommonOptions& options, Deadline dl) {
+  if (team_->broken()) {
+    throw Error("shm_direct: " + std::string(coll_op_name(op)) + " on rank " +
+                std::to_string(team_->rank()) +
+                ": this group's shared-memory collectives are unusable after an earlier timeout "
+                "(the ranks' steps no longer agree); recreate the group");
+  }
+  if (!shm_selected(op, bytes, options, rules_)) return false;
+  team_->set_deadline(dl);
+  last_ = &shm_catalogue(op)[0];
+  return true;
+}
+
+bool HostColl::all_reduce(const AllReduceArgs& a, Deadline dl) {
+  if (!begin(CollOp::AllReduce, a.input.nbytes(), a.options, dl)) return false;
+  const size_t count = static_cast<size_t>(a.input.numel);
+  if (count == 0) return true;
+  Reducer red(a.input.dtype, a.op, a.premul_scale);
+  if (team_->size() == 1) {
+    red.load(a.output.data, a.input.data, count);
+    red.finish(a.output.data, count, 1);
+    return true;
+  }
+  allreduce_shm(*team_, a.input.data, a.output.data, count, red);
+  return true;
+}
+
+bool HostColl::broadcast(const BroadcastArgs& a, Deadline dl) {
+  if (!begin(CollOp::Broadcast, a.tensor.nbytes(), a.options, dl)) return false;
+  const size_t bytes = a.tensor.nbytes();
+  const void* src = a.input.data != nullptr ? a.input.data : a.tensor.data;
+  if (bytes == 0) return true;
+  if (team_->size() == 1) {
+    if (src != a.tensor.data) std::memcpy(a.tensor.data, src, bytes);
+    return true;
+  }
+  broadcast_shm(*team_, a.tensor.data, team_->rank() == a.root ? src : nullptr, bytes, a.root);
+  return true;
+}
+
+bool HostColl::all_gather(const AllGatherArgs& a, Deadline dl) {
+  if (!begin(CollOp::AllGather, a.output.nbytes(), a.options, dl)) return false;
+  const size_t m = a.input.nbytes();
+  if (m == 0) return true;
+  if (team_->size() == 1) {
+    if (a.input.data != a.output.data) std::memcpy(a.output.data, a.input.data, m);
+    return true;
+  }
+  allgather_shm(*team_, a.input.data, a.output.data, m);
+  return true;
+}
+
+bool HostColl::reduce_scatter(const ReduceScatterArgs& a, Deadline dl) {
+  if (!begin(CollOp::ReduceScatter, a.input.nbytes(), a.options, dl)) return false;
+  const size_t m = static_cast<size_t>(a.output.numel);
+  if (m == 0) return true;
+  Reducer red(a.input.dtype, a.op, a.premul_scale);
+  if (team_->size() == 1) {
+    red.load(a.output.data, a.input.data, m);
+    red.finish(a.output.data, m, 1);
+    return true;
+  }
+  reduce_scatter_shm(*team_, a.input.data, a.output.data, m, red);
+  return true;
+}
+
+bool HostColl::reduce(const ReduceArgs& a, Deadline dl) {
+  if (!begin(CollOp::Reduce, a.input.nbytes(), a.options, dl)) return false;
+  const size_t count = static_cast<size_t>(a.input.numel);
+  if (count == 0) return true;
+  Reducer red(a.input.dtype, a.op, a.premul_scale);
+  const bool is_root = team_->rank() == a.root;
+  if (team_->size() == 1) {
+    red.load(a.output.data, a.input.data, count);
+    red.finish(a.output.data, count, 1);
+    return true;
+  }
+  reduce_shm(*team_, a.input.data, is_root ? a.output.data : nullptr, count, a.root, red);
+  return true;
+}
+
+bool HostColl::barrier(Deadline dl) {
+  if (!begin(CollOp::Barrier, 0, CommonOptions{}, dl)) return false;
+  if (team_->size() > 1) barrier_shm(*team_);
+  return true;
+}
+
+}  // namespace tpcomm::coll::shm

@@ -1,0 +1,67 @@
+// Intra-host collectives by direct reads of shared memory (catalogue name "shm_direct").
+// Every rank of a group on one host owns a shared segment that all of them map: ranks copy
+// their input in once, read and reduce straight from each other's staging buffers with the
+// vectorized kernels, and copy the result out once; sequence-numbered flags (acquire/release,
+// one per cache line) replace messages. Small messages travel as one flag+payload line per
+// rank. Waits spin briefly, then yield, then sleep on a futex, so that more ranks than cores
+// still progress; every wait is bounded by the call's deadline.
+//
+// The process group tries HostColl first when all its ranks share a host; a call it does not
+// handle returns false and runs on the message-passing algorithms of src/collectives.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "collectives/args.h"
+#include "collectives/select.h"
+#include "collectives/types.h"
+#include "core/deadline.h"
+#include "tpcomm/store.hpp"
+
+namespace tpcomm::coll::shm {
+
+class Team;
+class MappedSegment;
+
+/// The direct-read collectives of one group on one host.
+class HostColl {
+ public:
+  /// Every member of the group calls it (collective); all must be on one host. Creates this
+  /// rank's segment (an anonymous memfd of TPCOMM_SHM_COLL_BYTES plus control lines),
+  /// publishes it through `group_store` and maps every peer's. Either every rank gets an
+  /// instance or every rank throws (TransportError naming the rank and the reason, e.g. a peer
+  /// on another host); the caller then keeps to message passing.
+  static std::unique_ptr<HostColl> create(Store& group_store, int rank, int size, Deadline dl);
+  ~HostColl();
+  HostColl(const HostColl&) = delete;
+  HostColl& operator=(const HostColl&) = delete;
+
+  // Each returns false, having done nothing, for a call it does not handle (an algorithm
+  // other than shm_direct forced through the options or TPCOMM_ALGO); true once the result
+  // is in place. Arguments must have been validated (src/collectives/validate.h). A wait past
+  // `dl` throws TimeoutError naming the ranks that did not arrive; the instance is then
+  // unusable (later calls throw Error) because the ranks' steps no longer agree.
+  bool all_reduce(const AllReduceArgs& args, Deadline dl);
+  bool broadcast(const BroadcastArgs& args, Deadline dl);
+  bool all_gather(const AllGatherArgs& args, Deadline dl);
+  bool reduce_scatter(const ReduceScatterArgs& args, Deadline dl);
+  bool reduce(const ReduceArgs& args, Deadline dl);
+  bool barrier(Deadline dl);
+
+  /// Catalogue entry of the algorithm that ran last ("shm_direct" of its operation).
+  const AlgoInfo& last_algo() const { return *last_; }
+  int rank() const;
+  int size() const;
+
+ private:
+  HostColl() = default;
+  bool begin(CollOp op, uint64_t bytes, const CommonOptions& options, Deadline dl);
+
+  std::vector<MappedSegment> segments_;
+  std::unique_ptr<Team> team_;
+  std::vector<AlgoRule> rules_;  // TPCOMM_ALGO as it was at create()
+  const AlgoInfo* last_ = nullptr;
+};
+
+}  // namespace tpcomm::coll::shm

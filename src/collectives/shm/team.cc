@@ -1,0 +1,203 @@
+// The phase protocol of the direct-read collectives: posts, bounded waits (spin, yield,
+// futex), buffer reuse.
+#include "collectives/shm/team.h"
+
+#include <immintrin.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <ctime>
+
+#include "tpcomm/error.hpp"
+
+namespace tpcomm::coll::shm {
+
+namespace {
+
+// The low 32 bits of a counter (little-endian): the word a sleeper waits on.
+uint32_t* futex_word(std::atomic<uint64_t>& w) { return reinterpret_cast<uint32_t*>(&w); }
+
+void futex_wait(std::atomic<uint64_t>& w, uint32_t seen, long ns) {
+  timespec ts{0, ns};
+  ::syscall(SYS_futex, futex_word(w), FUTEX_WAIT, seen, &ts, nullptr, 0);
+}
+
+void futex_wake_all(std::atomic<uint64_t>& w) {
+  ::syscall(SYS_futex, futex_word(w), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+
+int online_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 && n < INT_MAX ? static_cast<int>(n) : 1;
+}
+
+}  // namespace
+
+Team::Team(int rank, int size, std::vector<uint8_t*> bases, size_t staging_bytes,
+           size_t chunk_bytes, int spin_us)
+    : rank_(rank),
+      size_(size),
+      bases_(std::move(bases)),
+      half_(staging_bytes / 2 / 64 * 64),
+      chunk_(std::min(chunk_bytes, staging_bytes / 2 / 64 * 64)),
+      spin_us_(spin_us),
+      known_(static_cast<size_t>(size), 0) {
+  // More ranks than cores: a spinning waiter holds the core its peer needs.
+  if (size_ > online_cpus()) spin_us_ = std::min(spin_us_, 2);
+  if (chunk_ < 64) chunk_ = 64;
+}
+
+uint64_t Team::progress(int r) const {
+  uint64_t v = flag(r)->seq.load(std::memory_order_acquire);
+  v = std::max(v, slot(r, 0)->seq.load(std::memory_order_acquire));
+  return std::max(v, slot(r, 1)->seq.load(std::memory_order_acquire));
+}
+
+void Team::wake_sleepers(std::atomic<uint64_t>& word) {
+  // The seq_cst store before and this load pair with the sleeper's increment and re-check
+  // (Dekker): either it sees the new value or we see it counted.
+  if (flag(rank_)->sleepers.load(std::memory_order_seq_cst) != 0) futex_wake_all(word);
+}
+
+uint64_t Team::post() {
+  _mm_sfence();  // streaming stores of the kernels or memcpy are weakly ordered
+  std::atomic<uint64_t>& w = flag(rank_)->seq;
+  w.store(++phase_, std::memory_order_seq_cst);
+  wake_sleepers(w);
+  return phase_;
+}
+
+uint64_t Team::post_small(int p) {
+  std::atomic<uint64_t>& w = slot(rank_, p)->seq;
+  w.store(++phase_, std::memory_order_seq_cst);
+  wake_sleepers(w);
+  small_release_[p] = phase_ + 1;
+  return phase_;
+}
+
+template <class Ready>
+void Team::wait_until(int r, std::atomic<uint64_t>& word, uint64_t v, Ready ready,
+                      const char* what) {
+  if (ready()) return;
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  const auto spin_end = start + std::chrono::microseconds(spin_us_);
+  const auto yield_end = spin_end + std::chrono::microseconds(200);
+  for (uint32_t i = 1;; ++i) {
+    _mm_pause();
+    if (ready()) return;
+    if ((i & 31) != 0) continue;
+    const auto now = Clock::now();
+    if (now < spin_end) continue;
+    if (now >= dl_.when()) {
+      std::vector<int> missing{r};
+      timeout(missing, v, what);
+    }
+    if (now < yield_end) {
+      sched_yield();
+      continue;
+    }
+    // Sleep on the word the peer will write; bounded, so that a lost wake-up or the
+    // deadline costs at most one period.
+    std::atomic<uint32_t>& sleepers = flag(r)->sleepers;
+    sleepers.fetch_add(1, std::memory_order_seq_cst);
+    uint64_t seen = word.load(std::memory_order_seq_cst);
+    if (!ready()) futex_wait(word, static_cast<uint32_t>(seen), 1000000);
+    sleepers.fetch_sub(1, std::memory_order_seq_cst);
+  }
+}
+
+void Team::wait_peer(int r, uint64_t v, const char* what) {
+  if (known_[r] >= v) return;
+  uint64_t seen = 0;
+  wait_until(
+      r, flag(r)->seq, v, [&] { return (seen = progress(r)) >= v; }, what);
+  known_[r] = seen;
+}
+
+void Team::wait_all(uint64_t v, const char* what) {
+  for (int i = 1; i < size_; ++i) {
+    int r = (rank_ + i) % size_;
+    if (known_[r] >= v) continue;
+    std::atomic<uint64_t>& w = flag(r)->seq;
+    uint64_t seen = 0;
+    try {
+      wait_until(
+          r, w, v, [&] { return (seen = w.load(std::memory_order_acquire)) >= v; }, what);
+    } catch (const TimeoutError&) {
+      // Name every rank still missing, not only the first.
+      std::vector<int> missing;
+      for (int j = 1; j < size_; ++j) {
+        int q = (rank_ + j) % size_;
+        if (flag(q)->seq.load(std::memory_order_acquire) < v) missing.push_back(q);
+      }
+      if (missing.empty()) missing.push_back(r);
+      timeout(missing, v, what);
+    }
+    known_[r] = seen;
+  }
+}
+
+void Team::wait_small(int r, int p, uint64_t v, const char* what) {
+  std::atomic<uint64_t>& w = slot(r, p)->seq;
+  uint64_t seen = 0;
+  wait_until(
+      r, w, v, [&] { return (seen = w.load(std::memory_order_acquire)) >= v; }, what);
+  known_[r] = std::max(known_[r], seen);
+}
+
+void Team::wait_small_all(int p, uint64_t v, const char* what) {
+  for (int i = 1; i < size_; ++i) {
+    int r = (rank_ + i) % size_;
+    try {
+      wait_small(r, p, v, what);
+    } catch (const TimeoutError&) {
+      std::vector<int> missing;
+      for (int j = 1; j < size_; ++j) {
+        int q = (rank_ + j) % size_;
+        if (slot(q, p)->seq.load(std::memory_order_acquire) < v) missing.push_back(q);
+      }
+      if (missing.empty()) missing.push_back(r);
+      timeout(missing, v, what);
+    }
+  }
+}
+
+int Team::acquire_half(const char* what) {
+  int h = next_half_;
+  next_half_ ^= 1;
+  for (int r = 0; r < size_; ++r) {
+    if (r != rank_) wait_peer(r, half_release_[h], what);
+  }
+  return h;
+}
+
+int Team::acquire_small(const char* what) {
+  int p = next_small_;
+  next_small_ ^= 1;
+  for (int r = 0; r < size_; ++r) {
+    if (r != rank_) wait_peer(r, small_release_[p], what);
+  }
+  return p;
+}
+
+void Team::timeout(const std::vector<int>& missing, uint64_t v, const char* what) {
+  broken_ = true;
+  std::string ranks;
+  for (int r : missing) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+  throw TimeoutError("shm_direct " + std::string(what) + ": rank " + std::to_string(rank_) +
+                     " of " + std::to_string(size_) + " timed out waiting for rank" +
+                     (missing.size() > 1 ? "s " : " ") + ranks + " (step " + std::to_string(v) +
+                     "); they did not arrive. Check that every rank of the group calls the same "
+                     "collective with matching arguments, or raise the timeout");
+}
+
+}  // namespace tpcomm::coll::shm

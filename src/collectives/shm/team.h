@@ -1,0 +1,131 @@
+// Internal to src/collectives/shm: the state the direct-read algorithms share. Every rank of
+// the host owns one segment (layout below) mapped by all; a rank writes only into its own
+// segment (except the sleepers count) and reads the others'.
+//
+// Synchronisation is one monotonic phase counter per rank: all ranks run the same sequence
+// of phases, so phase v means the same step everywhere. post() publishes "my step v is done"
+// (a release store); waiting for a peer is reading its counter until it reaches v (acquire).
+// A buffer that peers read in phase v may be rewritten once each of them has posted v + 1:
+// release_[] remembers that value per buffer and known_[] the progress already seen from
+// each peer, so the common case costs no extra read.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/deadline.h"
+
+namespace tpcomm::coll::shm {
+
+inline constexpr size_t kLine = 128;  // two 64-byte lines: no adjacent-line prefetch sharing
+inline constexpr uint64_t kMagic = 0x6c6c6f636d687370ull;  // "pshmcoll"
+
+/// The first line of a segment: identifies it (a peer checks the nonce it was told).
+struct alignas(kLine) SegHeader {
+  uint64_t magic;
+  uint64_t nonce;
+  uint64_t bytes;
+  int32_t rank;
+  int32_t size;
+};
+
+/// A phase counter and the number of peers asleep on this segment's counters.
+struct alignas(kLine) FlagLine {
+  std::atomic<uint64_t> seq;
+  std::atomic<uint32_t> sleepers;
+};
+
+/// A small message: its phase and the first 56 payload bytes share one line (a reader takes
+/// one cache miss for both); longer payloads continue into the following bytes.
+struct alignas(kLine) SmallSlot {
+  std::atomic<uint64_t> seq;
+  uint8_t payload[kLine - 8];
+};
+
+/// Payload bytes of each of the two small slots.
+inline constexpr size_t kSmallBytes = 8192;
+inline constexpr size_t kSmallSlotStride = (8 + kSmallBytes + kLine - 1) / kLine * kLine;
+
+/// Offsets inside a segment.
+inline constexpr size_t kFlagOffset = kLine;
+inline constexpr size_t kSmallOffset = 2 * kLine;
+inline constexpr size_t kStagingOffset = (kSmallOffset + 2 * kSmallSlotStride + 4095) / 4096 * 4096;
+
+/// One rank's view of the host's segments, with the phase protocol.
+class Team {
+ public:
+  Team(int rank, int size, std::vector<uint8_t*> bases, size_t staging_bytes, size_t chunk_bytes,
+       int spin_us);
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+  /// Staging half `h` (0 or 1) of rank `r`, `half_bytes()` long.
+  uint8_t* staging(int r, int h) const { return bases_[r] + kStagingOffset + h * half_; }
+  size_t half_bytes() const { return half_; }
+  /// Pipelining chunk in bytes (<= half_bytes()).
+  size_t chunk_bytes() const { return chunk_; }
+  /// Payload of small slot `p` of rank `r`.
+  uint8_t* small_payload(int r, int p) const { return slot(r, p)->payload; }
+
+  /// The staging half the next chunked step uses (alternates), after waiting until no peer
+  /// still reads it. `what` names the operation for a timeout.
+  int acquire_half(const char* what);
+  /// Marks half `h` as read by peers in the phase just posted (free again after the next).
+  void release_half(int h) { half_release_[h] = phase_ + 1; }
+
+  /// Small slot for the next small message (alternates), free for writing.
+  int acquire_small(const char* what);
+
+  /// Publishes the next phase on the main counter; returns its value. Orders every earlier
+  /// store (streaming stores included) before it.
+  uint64_t post();
+  /// Publishes the next phase in small slot `p` (its payload written before).
+  uint64_t post_small(int p);
+
+  /// Waits until peer `r` has posted phase `v` (on any of its counters).
+  void wait_peer(int r, uint64_t v, const char* what);
+  /// Waits until every other rank has posted phase `v`.
+  void wait_all(uint64_t v, const char* what);
+  /// Waits until peer `r` has posted phase `v` in its small slot `p`.
+  void wait_small(int r, int p, uint64_t v, const char* what);
+  /// wait_small for every other rank.
+  void wait_small_all(int p, uint64_t v, const char* what);
+
+  /// Deadline of the running call.
+  void set_deadline(Deadline dl) { dl_ = dl; }
+  /// Set after a timeout: the phases of the ranks no longer agree.
+  bool broken() const { return broken_; }
+
+ private:
+  FlagLine* flag(int r) const { return reinterpret_cast<FlagLine*>(bases_[r] + kFlagOffset); }
+  SmallSlot* slot(int r, int p) const {
+    return reinterpret_cast<SmallSlot*>(bases_[r] + kSmallOffset + p * kSmallSlotStride);
+  }
+  uint64_t progress(int r) const;
+  void wake_sleepers(std::atomic<uint64_t>& word);
+  // Spins, yields, then sleeps until `ready()`; `word` is what a sleeper waits on.
+  template <class Ready>
+  void wait_until(int r, std::atomic<uint64_t>& word, uint64_t v, Ready ready, const char* what);
+  [[noreturn]] void timeout(const std::vector<int>& missing, uint64_t v, const char* what);
+
+  int rank_;
+  int size_;
+  std::vector<uint8_t*> bases_;
+  size_t half_;
+  size_t chunk_;
+  int spin_us_;
+  uint64_t phase_ = 0;
+  std::vector<uint64_t> known_;  // progress seen from each peer
+  uint64_t half_release_[2] = {0, 0};
+  uint64_t small_release_[2] = {0, 0};
+  int next_half_ = 0;
+  int next_small_ = 0;
+  Deadline dl_ = Deadline::never();
+  bool broken_ = false;
+};
+
+}  // namespace tpcomm::coll::shm
