@@ -1,0 +1,64 @@
+// Registration of the ucx transport: its TPCOMM_UCX_* variables and its factory.
+#include "core/config.h"
+#include "tpcomm/transport/transport.hpp"
+#include "transports/ucx/ucx_transport.h"
+
+namespace tpcomm::ucx {
+namespace {
+
+using config::Param;
+using T = config::Type;
+
+// clang-format off
+constexpr Param kParams[] = {
+  {"TPCOMM_UCX_LIBRARY", T::String, "libucp.so.0", "",
+   "ucx transport: the UCP library opened at run time; when it cannot be loaded the transport "
+   "is unavailable and the engine falls back to the others.", "ucx"},
+  {"TPCOMM_UCX_MAX_MESSAGE", T::Size, "256K", "",
+   "ucx transport: size of each pre-posted receive buffer, the largest eager message.", "ucx"},
+  {"TPCOMM_UCX_NET_DEVICES", T::String, "", "",
+   "ucx transport: UCX_NET_DEVICES for tpcomm only (set on tpcomm's UCX configuration; UCX's own "
+   "UCX_NET_DEVICES applies when empty).", "ucx"},
+  {"TPCOMM_UCX_PUT", T::Enum, "auto", "auto|rma|tag",
+   "ucx transport: how put travels. auto: ucp_put_nbx where UCX reports an RMA lane to the peer "
+   "(shared memory, RDMA), tagged messages received in place where UCX would emulate RMA (tcp); "
+   "rma or tag force one.", "ucx"},
+  {"TPCOMM_UCX_RECV_DEPTH", T::Int, "16", "4..1024",
+   "ucx transport: receives kept posted for eager messages.", "ucx"},
+  {"TPCOMM_UCX_RNDV_THRESHOLD", T::Size, "64K", "",
+   "ucx transport: suggested eager/rendezvous switch (TPCOMM_RNDV_THRESHOLD overrides it).",
+   "ucx"},
+  {"TPCOMM_UCX_TLS", T::String, "", "",
+   "ucx transport: UCX_TLS for tpcomm only (e.g. 'tcp', 'posix,cma,self'), set on tpcomm's UCX "
+   "configuration so other UCX users in the process keep theirs; empty: UCX_TLS or UCX's "
+   "default.", "ucx"},
+};
+// clang-format on
+
+}  // namespace
+
+Options Options::from_env() {
+  Options o;
+  o.library = config::get_string("TPCOMM_UCX_LIBRARY");
+  o.tls = config::get_string("TPCOMM_UCX_TLS");
+  o.net_devices = config::get_string("TPCOMM_UCX_NET_DEVICES");
+  std::string put = config::get_enum("TPCOMM_UCX_PUT");
+  o.put = put == "rma" ? PutMode::Rma : put == "tag" ? PutMode::Tag : PutMode::Auto;
+  o.max_message = std::max<uint64_t>(16384, config::get_size("TPCOMM_UCX_MAX_MESSAGE"));
+  o.rndv_threshold = config::get_size("TPCOMM_UCX_RNDV_THRESHOLD");
+  o.recv_depth = static_cast<int>(config::get_int("TPCOMM_UCX_RECV_DEPTH"));
+  return o;
+}
+
+}  // namespace tpcomm::ucx
+
+namespace tpcomm::transport {
+
+void register_ucx_transport() {
+  config::register_params(ucx::kParams);
+  register_transport("ucx", [](const TransportContext& ctx) -> std::unique_ptr<Transport> {
+    return std::make_unique<ucx::UcxTransport>(ctx, ucx::Options::from_env());
+  });
+}
+
+}  // namespace tpcomm::transport

@@ -1,0 +1,864 @@
+// The ucx transport: see ucx_transport.h and docs/transport.md.
+#include "transports/ucx/ucx_transport.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+
+#include "core/log.h"
+#include "tpcomm/error.hpp"
+
+namespace tpcomm::ucx {
+
+using transport::PostStatus;
+
+// Tags: bit 63 set = a message into the pre-posted pool (kind in bits 62..60); bit 63 clear =
+// the data of a tag-mode put (put id in bits 59..32). Bits 31..0: the sender's rank.
+constexpr uint64_t kPoolBit = 1ull << 63;
+constexpr uint64_t kKindMsg = 0, kKindPutHdr = 1, kKindNotify = 2;
+constexpr uint32_t kAddrMagic = 0x58555054;  // "TPUX"
+constexpr uint16_t kAddrVersion = 1;
+// Address header: magic u32, version u16, pad u16, rank i32, pid u32, job hash u64, host hash
+// u64, pid namespace inode u64; then the UCP worker address.
+constexpr size_t kAddrHeader = 40;
+constexpr size_t kPutHdrSize = 24;
+constexpr size_t kMaxLive = 16384;           // outstanding requests before NoResource
+constexpr size_t kMaxBuffered = 256u << 20;  // bytes copied for pending sends
+
+uint64_t pool_tag(uint64_t kind, int rank) {
+  return kPoolBit | (kind << 60) | static_cast<uint32_t>(rank);
+}
+uint64_t data_tag(uint32_t id, int rank) {
+  return (static_cast<uint64_t>(id & 0x0fffffffu) << 32) | static_cast<uint32_t>(rank);
+}
+
+/// Our side of one UCX request; UCX callbacks only mark it done and queue it, progress()
+/// reports it.
+struct Req {
+  enum Kind : uint8_t { Pool, Msg, PutHdr, PutData, Flush, Notify, DataRecv } kind = Msg;
+  UcxTransport* t = nullptr;
+  void* ucx = nullptr;  // the UCX request, freed when reported
+  ucs_status_t status = UCS_OK;
+  ucp_tag_recv_info_t info{};
+  int peer = -1;
+  int index = -1;  // Pool: buffer index
+  bool has_cookie = false;
+  uint64_t cookie = 0;
+  uint32_t imm = 0;
+  uintptr_t addr = 0;  // DataRecv: destination
+  size_t expect = 0;   // DataRecv: length
+  std::vector<uint8_t> buf;
+};
+
+namespace {
+
+void send_cb(void* /*request*/, ucs_status_t status, void* user) {
+  Req* r = static_cast<Req*>(user);
+  r->status = status;
+  r->t->push_completed(r);
+}
+
+void recv_cb(void* /*request*/, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user) {
+  Req* r = static_cast<Req*>(user);
+  r->status = status;
+  if (info != nullptr) r->info = *info;
+  r->t->push_completed(r);
+}
+
+void ep_error_cb(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
+  auto* e = static_cast<UcxEndpoint*>(arg);
+  e->transport().on_ep_error(*e, status);
+}
+
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+// Text that UCX writes to a FILE*, captured.
+template <class F>
+std::string capture(F&& f) {
+  char* data = nullptr;
+  size_t size = 0;
+  FILE* fp = open_memstream(&data, &size);
+  if (fp == nullptr) return "";
+  f(fp);
+  std::fclose(fp);
+  std::string out(data ? data : "", size);
+  std::free(data);
+  return out;
+}
+
+// True when UCX_TLS (as UCX resolved it) names a transport that does RMA without the target's
+// CPU: anything but tcp, sockcm and self (and "all" / "^..." lists, which include shm).
+bool tls_may_be_native(const std::string& config_text, std::string* tls_out) {
+  auto pos = config_text.find("UCX_TLS=");
+  if (pos == std::string::npos) return true;
+  auto end = config_text.find('\n', pos);
+  std::string tls = config_text.substr(pos + 8, end == std::string::npos ? end : end - pos - 8);
+  *tls_out = tls;
+  if (tls.empty() || tls[0] == '^') return true;
+  size_t i = 0;
+  while (i <= tls.size()) {
+    size_t j = tls.find(',', i);
+    if (j == std::string::npos) j = tls.size();
+    std::string t = tls.substr(i, j - i);
+    if (!t.empty() && t != "tcp" && t != "sockcm" && t != "self" && t != "\\tcp") return true;
+    i = j + 1;
+  }
+  return false;
+}
+
+}  // namespace
+
+// ---- construction ------------------------------------------------------------------------
+
+UcxTransport::UcxTransport(const transport::TransportContext& ctx, const Options& opt)
+    : u_(load_ucp(opt.library)), opt_(opt), ctx_(ctx) {
+  ucp_config_t* config = nullptr;
+  ucs_status_t st = u_.ucp_config_read(nullptr, nullptr, &config);
+  if (st != UCS_OK)
+    throw NotSupportedError("ucx transport: ucp_config_read failed: " + status_text(u_, st));
+  auto modify = [&](const char* name, const std::string& value, const char* var) {
+    if (value.empty()) return;
+    ucs_status_t s = u_.ucp_config_modify(config, name, value.c_str());
+    if (s != UCS_OK) {
+      u_.ucp_config_release(config);
+      throw ConfigError(std::string(var) + "='" + value + "' was refused by UCX (UCX_" + name +
+                        "): " + status_text(u_, s));
+    }
+  };
+  modify("TLS", opt_.tls, "TPCOMM_UCX_TLS");
+  modify("NET_DEVICES", opt_.net_devices, "TPCOMM_UCX_NET_DEVICES");
+  std::string tls = "all";
+  bool maybe_native = tls_may_be_native(
+      capture([&](FILE* f) { u_.ucp_config_print(config, f, nullptr, UCS_CONFIG_PRINT_CONFIG); }),
+      &tls);
+
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS |
+                      UCP_PARAM_FIELD_TAG_SENDER_MASK;
+  params.features = UCP_FEATURE_TAG | UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
+  params.estimated_num_eps = static_cast<size_t>(std::max(1, ctx.world_size));
+  params.tag_sender_mask = 0xffffffffull;
+  st = u_.ucp_init_version(UCP_API_MAJOR, UCP_API_MINOR, &params, config, &context_);
+  u_.ucp_config_release(config);
+  if (st != UCS_OK)
+    throw NotSupportedError("ucx transport: ucp_init failed (UCX_TLS=" + tls +
+                            "): " + status_text(u_, st));
+
+  ucp_worker_params_t wp{};
+  wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE | UCP_WORKER_PARAM_FIELD_EVENTS;
+  wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;  // the engine lock serialises every call
+  wp.events =
+      UCP_WAKEUP_RMA | UCP_WAKEUP_TAG_SEND | UCP_WAKEUP_TAG_RECV | UCP_WAKEUP_TX | UCP_WAKEUP_RX;
+  st = u_.ucp_worker_create(context_, &wp, &worker_);
+  if (st != UCS_OK) {
+    u_.ucp_cleanup(context_);
+    throw NotSupportedError("ucx transport: ucp_worker_create failed: " + status_text(u_, st));
+  }
+  st = u_.ucp_worker_get_efd(worker_, &efd_);
+  if (st != UCS_OK) {
+    TPLOG(INFO, UCX) << "rank " << ctx.rank << ": ucp_worker_get_efd failed ("
+                     << status_text(u_, st) << "); the engine polls instead";
+    efd_ = -1;
+  }
+  ucp_address_t* wa = nullptr;
+  size_t wa_len = 0;
+  st = u_.ucp_worker_get_address(worker_, &wa, &wa_len);
+  if (st != UCS_OK) {
+    u_.ucp_worker_destroy(worker_);
+    u_.ucp_cleanup(context_);
+    throw NotSupportedError("ucx transport: ucp_worker_get_address failed: " + status_text(u_, st));
+  }
+  job_hash_ = fnv1a(ctx.job_id);
+  address_.resize(kAddrHeader + wa_len);
+  uint8_t* p = address_.data();
+  std::memcpy(p, &kAddrMagic, 4);
+  std::memcpy(p + 4, &kAddrVersion, 2);
+  int32_t rank = ctx.rank;
+  uint32_t pid = static_cast<uint32_t>(getpid());
+  host_hash_ = fnv1a(ctx.host_id);
+  struct stat ns {};
+  if (stat("/proc/self/ns/pid", &ns) == 0) pidns_ = ns.st_ino;
+  std::memcpy(p + 8, &rank, 4);
+  std::memcpy(p + 12, &pid, 4);
+  std::memcpy(p + 16, &job_hash_, 8);
+  std::memcpy(p + 24, &host_hash_, 8);
+  std::memcpy(p + 32, &pidns_, 8);
+  std::memcpy(p + kAddrHeader, wa, wa_len);
+  u_.ucp_worker_release_address(worker_, wa);
+
+  caps_.reach = transport::Reach::Network;
+  caps_.native_put = opt_.put == PutMode::Rma || (opt_.put == PutMode::Auto && maybe_native);
+  caps_.native_get = false;
+  caps_.max_message = opt_.max_message;
+  caps_.max_put = SIZE_MAX;
+  caps_.recv_slots = 0;  // UCX does its own flow control; too many requests -> NoResource
+  caps_.rndv_threshold = opt_.rndv_threshold;
+  caps_.latency_us = maybe_native ? 1.0 : 15.0;
+  caps_.bandwidth_gbps = maybe_native ? 10.0 : 3.0;
+
+  pool_buf_.assign(static_cast<size_t>(opt_.recv_depth), std::vector<uint8_t>(opt_.max_message));
+  for (int i = 0; i < opt_.recv_depth; ++i) post_pool_recv(i);
+  TPLOG(INFO, UCX) << "rank " << ctx.rank << ": UCX " << u_.ucp_get_version_string()
+                   << " started (UCX_TLS=" << tls << ", worker address " << wa_len
+                   << " bytes, event fd " << efd_ << ")";
+}
+
+UcxTransport::~UcxTransport() {
+  closing_ = true;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  auto drain = [&] {
+    for (int i = 0; i < 64 && u_.ucp_worker_progress(worker_) != 0; ++i) {
+    }
+    std::vector<Req*> done;
+    done.swap(completed_);
+    for (Req* r : done) {
+      if (r->ucx) u_.ucp_request_free(r->ucx);
+      live_.erase(r);
+      delete r;
+    }
+  };
+  // Close endpoints: flush what was sent (bounded), force where the peer is gone.
+  std::vector<void*> closing;
+  for (auto& [peer, e] : eps_) {
+    if (e->pidfd_ >= 0) ::close(e->pidfd_);
+    for (auto& [blob, rk] : e->rkeys_) u_.ucp_rkey_destroy(rk);
+    e->rkeys_.clear();
+    if (e->ep_ == nullptr) continue;
+    ucp_request_param_t prm{};
+    prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    prm.flags = e->failed_ ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+    void* req = u_.ucp_ep_close_nbx(e->ep_, &prm);
+    if (UCS_PTR_IS_PTR(req)) closing.push_back(req);
+  }
+  while (!closing.empty() && std::chrono::steady_clock::now() < deadline) {
+    drain();
+    for (size_t i = 0; i < closing.size();) {
+      if (u_.ucp_request_check_status(closing[i]) != UCS_INPROGRESS) {
+        u_.ucp_request_free(closing[i]);
+        closing[i] = closing.back();
+        closing.pop_back();
+      } else {
+        ++i;
+      }
+    }
+    if (!closing.empty()) std::this_thread::yield();
+  }
+  if (!closing.empty()) {
+    TPLOG(WARN, UCX) << "rank " << ctx_.rank << ": " << closing.size()
+                     << " UCX endpoint(s) did not close within 3 s";
+  }
+  // Cancel the receives still posted and let UCX report them.
+  for (Req* r : live_)
+    if (r->ucx && (r->kind == Req::Pool || r->kind == Req::DataRecv))
+      u_.ucp_request_cancel(worker_, r->ucx);
+  auto cancel_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  while (!live_.empty() && std::chrono::steady_clock::now() < cancel_deadline) drain();
+  drain();
+  for (Req* r : live_) delete r;  // no callbacks after the worker is gone
+  live_.clear();
+  for (Req* r : free_) delete r;
+  free_.clear();
+  u_.ucp_worker_destroy(worker_);
+  u_.ucp_cleanup(context_);
+}
+
+// ---- requests ----------------------------------------------------------------------------
+
+Req* UcxTransport::new_req() {
+  Req* r;
+  if (!free_.empty()) {
+    r = free_.back();
+    free_.pop_back();
+    std::vector<uint8_t> keep;
+    keep.swap(r->buf);
+    *r = Req{};
+    r->buf.swap(keep);
+    r->buf.clear();
+  } else {
+    r = new Req;
+  }
+  r->t = this;
+  live_.insert(r);
+  return r;
+}
+
+void UcxTransport::release(Req* r) {
+  live_.erase(r);
+  if (free_.size() < 256 && r->buf.capacity() <= (1u << 20))
+    free_.push_back(r);
+  else
+    delete r;
+}
+
+std::string UcxTransport::peer_text(int peer) const {
+  return "rank " + std::to_string(peer) + " (ucx, job '" + ctx_.job_id + "')";
+}
+
+void UcxTransport::post_pool_recv(int index) {
+  Req* r = new_req();
+  r->kind = Req::Pool;
+  r->index = index;
+  ucp_request_param_t prm{};
+  // UCP_OP_ATTR_FLAG_NO_IMM_CMPL: UCX always reports through the callback, with the sender tag
+  // and length (UCX 1.13 left the length unset in recv_info on an immediate completion).
+  prm.op_attr_mask =
+      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+  prm.cb.recv = recv_cb;
+  prm.user_data = r;
+  auto& b = pool_buf_[static_cast<size_t>(index)];
+  void* req = u_.ucp_tag_recv_nbx(worker_, b.data(), b.size(), kPoolBit, kPoolBit, &prm);
+  if (UCS_PTR_IS_ERR(req)) {
+    TPLOG(WARN, UCX) << "rank " << ctx_.rank
+                     << ": cannot post a UCX receive: " << status_text(u_, UCS_PTR_STATUS(req));
+    release(r);
+  } else if (req == nullptr) {
+    release(r);  // not expected with UCP_OP_ATTR_FLAG_NO_IMM_CMPL
+  } else {
+    r->ucx = req;
+  }
+}
+
+void UcxTransport::on_ep_error(UcxEndpoint& e, ucs_status_t status) {
+  if (e.failed_) return;
+  e.failed_ = true;
+  errors_.emplace_back(e.peer(), "ucx: the connection to rank " + std::to_string(e.peer()) +
+                                     " failed: " + status_text(u_, status) +
+                                     " (the peer exited or its host is unreachable)");
+}
+
+PostStatus UcxTransport::send_tagged(UcxEndpoint& e, uint64_t tag, std::span<const iovec> iov,
+                                     Req* r) {
+  if (e.failed_) {
+    if (r) release(r);
+    return PostStatus::PeerFailed;
+  }
+  size_t total = 0;
+  for (const iovec& v : iov) total += v.iov_len;
+  // Buffered semantics: UCX 1.13 may keep any send pending (it ignores
+  // UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL for tagged sends), so the bytes are copied first into a
+  // recycled request buffer.
+  if (buffered_bytes_ + total > kMaxBuffered || live_.size() >= kMaxLive) {
+    if (r) release(r);
+    return PostStatus::NoResource;
+  }
+  if (r == nullptr) {
+    r = new_req();
+    r->kind = Req::Msg;
+  }
+  r->buf.resize(total);
+  size_t off = 0;
+  for (const iovec& v : iov) {
+    if (v.iov_len) std::memcpy(r->buf.data() + off, v.iov_base, v.iov_len);
+    off += v.iov_len;
+  }
+  buffered_bytes_ += total;
+  ucp_request_param_t prm{};
+  prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  prm.cb.send = send_cb;
+  prm.user_data = r;
+  void* req = u_.ucp_tag_send_nbx(e.ep_, r->buf.data(), total, tag, &prm);
+  if (req == nullptr) {
+    completed_.push_back(r);
+  } else if (UCS_PTR_IS_ERR(req)) {
+    buffered_bytes_ -= total;
+    on_ep_error(e, UCS_PTR_STATUS(req));
+    release(r);
+    return PostStatus::PeerFailed;
+  } else {
+    r->ucx = req;
+  }
+  return PostStatus::Ok;
+}
+
+// ---- endpoints ---------------------------------------------------------------------------
+
+UcxTransport& UcxEndpoint::transport() { return t_; }
+
+transport::Endpoint& UcxTransport::connect(int peer, std::span<const uint8_t> a,
+                                           std::chrono::steady_clock::time_point /*deadline*/) {
+  auto it = eps_.find(peer);
+  if (it != eps_.end()) return *it->second;
+  uint32_t magic = 0;
+  uint16_t version = 0;
+  int32_t rank = -1;
+  uint32_t pid = 0;
+  uint64_t job = 0, host = 0, pidns = 0;
+  if (a.size() > kAddrHeader) {
+    std::memcpy(&magic, a.data(), 4);
+    std::memcpy(&version, a.data() + 4, 2);
+    std::memcpy(&rank, a.data() + 8, 4);
+    std::memcpy(&pid, a.data() + 12, 4);
+    std::memcpy(&job, a.data() + 16, 8);
+    std::memcpy(&host, a.data() + 24, 8);
+    std::memcpy(&pidns, a.data() + 32, 8);
+  }
+  if (magic != kAddrMagic || version != kAddrVersion)
+    throw TransportError("ucx transport: the address published by rank " + std::to_string(peer) +
+                         " is not a tpcomm UCX address (" + std::to_string(a.size()) +
+                         " bytes, bad magic or version); is it running the same tpcomm?");
+  if (rank != peer || job != job_hash_)
+    throw TransportError("ucx transport: the address published for rank " + std::to_string(peer) +
+                         " belongs to rank " + std::to_string(rank) +
+                         (job != job_hash_ ? " of another job" : "") + " (job '" + ctx_.job_id +
+                         "'); a stale store?");
+  auto e = std::make_unique<UcxEndpoint>(*this, peer);
+  ucp_ep_params_t ep{};
+  ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                  UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  ep.address = reinterpret_cast<const ucp_address_t*>(a.data() + kAddrHeader);
+  ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  ep.err_handler.cb = ep_error_cb;
+  ep.err_handler.arg = e.get();
+  ucs_status_t st = u_.ucp_ep_create(worker_, &ep, &e->ep_);
+  bool peer_mode = true;
+  if (st == UCS_ERR_UNREACHABLE) {
+    // UCX 1.13's shared-memory transports have no peer-failure support: connect without it
+    // and watch the peer's process instead (same host and pid namespace).
+    ep.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+    st = u_.ucp_ep_create(worker_, &ep, &e->ep_);
+    peer_mode = false;
+  }
+  if (!peer_mode && st == UCS_OK) {
+    if (host == host_hash_ && pidns == pidns_ && pidns != 0 && pid != 0) {
+      e->pid_ = static_cast<int>(pid);
+#ifdef SYS_pidfd_open
+      e->pidfd_ = static_cast<int>(syscall(SYS_pidfd_open, e->pid_, 0));
+#endif
+    } else {
+      TPLOG(WARN, UCX) << "rank " << ctx_.rank << ": UCX's lanes to rank " << peer
+                       << " have no peer-failure detection and it runs elsewhere; its death "
+                          "will show only as a timeout";
+    }
+  }
+  if (st != UCS_OK)
+    throw TransportError("ucx transport: ucp_ep_create to rank " + std::to_string(peer) +
+                         " failed: " + status_text(u_, st) +
+                         " (no common UCX transport? check UCX_TLS/TPCOMM_UCX_TLS on both)");
+  // UCX prints an RMA ("put[...]") protocol line only when a transport lane does RMA itself;
+  // otherwise put would be emulated over active messages (UCX's tcp), slower than a tagged
+  // message, which UCX moves by zero-copy rendezvous.
+  std::string info = capture([&](FILE* f) { u_.ucp_ep_print_info(e->ep_, f); });
+  bool rma_lane = info.find("put[") != std::string::npos;
+  e->rma_ = opt_.put == PutMode::Rma || (opt_.put == PutMode::Auto && rma_lane);
+  std::string lanes;
+  for (size_t pos = info.find("lane["); pos != std::string::npos;
+       pos = info.find("lane[", pos + 1)) {
+    size_t colon = info.find(':', pos), end = info.find("md[", pos);
+    if (colon == std::string::npos || end == std::string::npos) break;
+    std::string l = info.substr(colon + 1, end - colon - 1);
+    while (!l.empty() && l.back() == ' ') l.pop_back();
+    while (!l.empty() && l.front() == ' ') l.erase(0, 1);
+    lanes += (lanes.empty() ? "" : ",") + l;
+  }
+  e->info_ = lanes;
+  TPLOG(INFO, UCX) << "rank " << ctx_.rank << ": endpoint to rank " << peer << " over " << lanes
+                   << "; put " << (e->rma_ ? "by ucp_put_nbx" : "as tagged messages")
+                   << (rma_lane ? " (UCX has an RMA lane)" : " (UCX would emulate RMA)")
+                   << (peer_mode ? "; failures from UCX" : "; failures by watching pid ")
+                   << (peer_mode ? "" : std::to_string(e->pid_));
+  return *eps_.emplace(peer, std::move(e)).first->second;
+}
+
+PostStatus UcxEndpoint::send(std::span<const iovec> iov) {
+  size_t total = 0;
+  for (const iovec& v : iov) total += v.iov_len;
+  if (total > t_.caps_.max_message)
+    throw InvalidArgument("ucx transport: message of " + std::to_string(total) + " bytes to rank " +
+                          std::to_string(peer_) + " exceeds max_message " +
+                          std::to_string(t_.caps_.max_message));
+  return t_.send_tagged(*this, pool_tag(kKindMsg, t_.ctx_.rank), iov, nullptr);
+}
+
+PostStatus UcxEndpoint::put(const transport::MemoryRegion& src, size_t src_offset,
+                            const transport::RemoteKey& dst, size_t dst_offset, size_t length,
+                            uint32_t imm, uint64_t cookie) {
+  if (src_offset > src.length() || length > src.length() - src_offset)
+    throw InvalidArgument("ucx transport: put source range [" + std::to_string(src_offset) + ", +" +
+                          std::to_string(length) + ") outside the registered " +
+                          std::to_string(src.length()) + " bytes");
+  if (dst_offset > dst.length || length > dst.length - dst_offset)
+    throw InvalidArgument("ucx transport: put target range [" + std::to_string(dst_offset) + ", +" +
+                          std::to_string(length) + ") outside rank " + std::to_string(peer_) +
+                          "'s region of " + std::to_string(dst.length) + " bytes");
+  if (failed_) return PostStatus::PeerFailed;
+  if (t_.live_.size() >= kMaxLive) return PostStatus::NoResource;
+  const UcpLib& u = t_.u_;
+  const uint8_t* from = static_cast<const uint8_t*>(src.addr()) + src_offset;
+  uint64_t to = dst.addr + dst_offset;
+  if (rma_ && (length == 0 || dst.blob_size > 0)) {
+    if (length > 0) {
+      std::vector<uint8_t> blob(dst.blob_data, dst.blob_data + dst.blob_size);
+      auto it = rkeys_.find(blob);
+      if (it == rkeys_.end()) {
+        if (rkeys_.size() >= 1024 && rma_in_flight_ == 0) {
+          for (auto& [b, rk] : rkeys_) u.ucp_rkey_destroy(rk);
+          rkeys_.clear();
+        }
+        ucp_rkey_h rk = nullptr;
+        ucs_status_t st = u.ucp_ep_rkey_unpack(ep_, dst.blob_data, &rk);
+        if (st != UCS_OK)
+          throw InvalidArgument("ucx transport: the remote key from rank " + std::to_string(peer_) +
+                                " was refused: " + status_text(u, st));
+        it = rkeys_.emplace(std::move(blob), rk).first;
+      }
+      ucp_request_param_t prm{};
+      void* req = u.ucp_put_nbx(ep_, from, length, to, it->second, &prm);
+      if (UCS_PTR_IS_ERR(req)) {
+        t_.on_ep_error(*this, UCS_PTR_STATUS(req));
+        return PostStatus::PeerFailed;
+      }
+      if (req != nullptr) u.ucp_request_free(req);  // released by UCX when done
+    }
+    // The notification goes once the put is complete at the target (flush), so the bytes
+    // are visible when on_put_arrived runs there.
+    Req* r = t_.new_req();
+    r->kind = Req::Flush;
+    r->peer = peer_;
+    r->imm = imm;
+    r->cookie = cookie;
+    r->has_cookie = true;
+    ++rma_in_flight_;
+    ucp_request_param_t prm{};
+    prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    prm.cb.send = send_cb;
+    prm.user_data = r;
+    void* req = u.ucp_ep_flush_nbx(ep_, &prm);
+    if (UCS_PTR_IS_ERR(req)) {
+      --rma_in_flight_;
+      t_.release(r);
+      t_.on_ep_error(*this, UCS_PTR_STATUS(req));
+      return PostStatus::PeerFailed;
+    }
+    if (req == nullptr)
+      t_.completed_.push_back(r);
+    else
+      r->ucx = req;
+    return PostStatus::Ok;
+  }
+  // Tag mode: a header into the peer's pool, then the data as one tagged message that the
+  // peer receives directly into the region (UCX rendezvous: zero-copy on both sides).
+  uint32_t id = t_.next_put_id_++ & 0x0fffffffu;
+  if (id == 0) id = t_.next_put_id_++ & 0x0fffffffu;
+  uint8_t hdr[kPutHdrSize];
+  uint64_t len64 = length;
+  std::memcpy(hdr, &to, 8);
+  std::memcpy(hdr + 8, &len64, 8);
+  std::memcpy(hdr + 16, &imm, 4);
+  std::memcpy(hdr + 20, &id, 4);
+  iovec v{hdr, sizeof hdr};
+  Req* hr = nullptr;
+  if (length == 0) {
+    hr = t_.new_req();
+    hr->kind = Req::PutHdr;
+    hr->cookie = cookie;
+    hr->has_cookie = true;
+  }
+  PostStatus ps = t_.send_tagged(*this, pool_tag(kKindPutHdr, t_.ctx_.rank), {&v, 1}, hr);
+  if (ps != PostStatus::Ok || length == 0) return ps;
+  Req* r = t_.new_req();
+  r->kind = Req::PutData;
+  r->peer = peer_;
+  r->cookie = cookie;
+  r->has_cookie = true;
+  ucp_request_param_t prm{};
+  prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  prm.cb.send = send_cb;
+  prm.user_data = r;
+  void* req = u.ucp_tag_send_nbx(ep_, from, length, data_tag(id, t_.ctx_.rank), &prm);
+  if (UCS_PTR_IS_ERR(req)) {
+    // The header went out: the peer learns of the failure through the broken endpoint.
+    r->status = UCS_PTR_STATUS(req);
+    t_.on_ep_error(*this, r->status);
+  }
+  if (req == nullptr || UCS_PTR_IS_ERR(req))
+    t_.completed_.push_back(r);
+  else
+    r->ucx = req;
+  return PostStatus::Ok;  // a failure is reported through on_put_done(cookie, false)
+}
+
+// ---- memory ------------------------------------------------------------------------------
+
+UcxRegion::UcxRegion(UcxTransport& t, void* addr, size_t length, Device device)
+    : MemoryRegion(addr, length, device), t_(t) {
+  key_.addr = reinterpret_cast<uintptr_t>(addr);
+  key_.length = length;
+  if (length == 0 || t.opt_.put == PutMode::Tag) return;  // tag-mode puts need no rkey
+  const UcpLib& u = t.u_;
+  ucp_mem_map_params_t mp{};
+  mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+  mp.address = addr;
+  mp.length = length;
+  ucs_status_t st = u.ucp_mem_map(t.context_, &mp, &memh_);
+  if (st != UCS_OK)
+    throw TransportError("ucx transport: ucp_mem_map of " + std::to_string(length) +
+                         " bytes failed: " + status_text(u, st));
+  void* packed = nullptr;
+  size_t size = 0;
+  st = u.ucp_rkey_pack(t.context_, memh_, &packed, &size);
+  if (st != UCS_OK) {
+    u.ucp_mem_unmap(t.context_, memh_);
+    throw TransportError("ucx transport: ucp_rkey_pack failed: " + status_text(u, st));
+  }
+  // A key larger than the blob leaves it empty: peers then put by tagged messages.
+  if (!key_.set_blob({static_cast<const uint8_t*>(packed), size})) {
+    TPLOG(INFO, UCX) << "packed UCX rkey of " << size << " bytes exceeds "
+                     << transport::RemoteKey::kMaxBlob << "; puts into it go as tagged messages";
+  }
+  u.ucp_rkey_buffer_release(packed);
+}
+
+UcxRegion::~UcxRegion() {
+  uintptr_t a = key_.addr, end = key_.addr + key_.length;
+  // Receives of tag-mode puts still aimed at this memory are withdrawn.
+  for (Req* r : t_.live_)
+    if (r->kind == Req::DataRecv && r->ucx && r->addr >= a && r->addr < end)
+      t_.u_.ucp_request_cancel(t_.worker_, r->ucx);
+  auto range = t_.regions_.equal_range(a);
+  for (auto it = range.first; it != range.second; ++it)
+    if (it->second == end) {
+      t_.regions_.erase(it);
+      break;
+    }
+  if (memh_) t_.u_.ucp_mem_unmap(t_.context_, memh_);
+}
+
+std::unique_ptr<transport::MemoryRegion> UcxTransport::register_memory(void* addr, size_t length,
+                                                                       Device device) {
+  if (device.type != DeviceType::CPU)
+    throw NotSupportedError("ucx transport: registration of " + device.str() +
+                            " memory is not supported (host memory only)");
+  auto r = std::make_unique<UcxRegion>(*this, addr, length, device);
+  uintptr_t a = reinterpret_cast<uintptr_t>(addr);
+  regions_.emplace(a, a + length);
+  return r;
+}
+
+// ---- progress ----------------------------------------------------------------------------
+
+void UcxTransport::handle_put_header(int peer, const uint8_t* p, size_t n,
+                                     transport::EventSink& sink, int& events) {
+  uint64_t to = 0, len = 0;
+  uint32_t imm = 0, id = 0;
+  if (n == kPutHdrSize) {
+    std::memcpy(&to, p, 8);
+    std::memcpy(&len, p + 8, 8);
+    std::memcpy(&imm, p + 16, 4);
+    std::memcpy(&id, p + 20, 4);
+  }
+  bool inside = false;
+  for (auto& [start, end] : regions_)
+    if (start <= to && len <= end - start && to - start <= end - start - len) inside = true;
+  if (n != kPutHdrSize || (len > 0 && !inside)) {
+    errors_.emplace_back(peer, "ucx: rank " + std::to_string(peer) + " sent a put header of " +
+                                   std::to_string(n) + " bytes for " + std::to_string(len) +
+                                   " bytes at 0x" + std::to_string(to) +
+                                   " outside any registered region; link closed");
+    return;
+  }
+  if (len == 0) {
+    sink.on_put_arrived(peer, imm);
+    ++events;
+    return;
+  }
+  Req* r = new_req();
+  r->kind = Req::DataRecv;
+  r->peer = peer;
+  r->imm = imm;
+  r->addr = to;
+  r->expect = len;
+  ucp_request_param_t prm{};
+  prm.op_attr_mask =
+      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+  prm.cb.recv = recv_cb;
+  prm.user_data = r;
+  r->info.length = len;  // in case of an immediate completion
+  void* req = u_.ucp_tag_recv_nbx(worker_, reinterpret_cast<void*>(to), len, data_tag(id, peer),
+                                  ~0ull, &prm);
+  if (UCS_PTR_IS_ERR(req)) {
+    r->status = UCS_PTR_STATUS(req);
+    completed_.push_back(r);
+  } else if (req == nullptr) {
+    completed_.push_back(r);
+  } else {
+    r->ucx = req;
+  }
+}
+
+void UcxTransport::finish(Req* r, transport::EventSink& sink, int& events) {
+  if (r->ucx) {
+    u_.ucp_request_free(r->ucx);
+    r->ucx = nullptr;
+  }
+  bool ok = r->status == UCS_OK;
+  switch (r->kind) {
+    case Req::Pool: {
+      int index = r->index;
+      if (r->status == UCS_ERR_CANCELED) break;
+      int peer = static_cast<int>(r->info.sender_tag & 0xffffffffu);
+      if (!ok) {
+        TPLOG(WARN, UCX) << "rank " << ctx_.rank << ": a UCX receive from rank " << peer
+                         << " failed: " << status_text(u_, r->status);
+        if (r->status == UCS_ERR_MESSAGE_TRUNCATED)
+          errors_.emplace_back(peer, "ucx: rank " + std::to_string(peer) +
+                                         " sent a message larger than max_message " +
+                                         std::to_string(opt_.max_message));
+      } else if (!reported_.count(peer)) {
+        uint64_t kind = (r->info.sender_tag >> 60) & 7;
+        const uint8_t* data = pool_buf_[static_cast<size_t>(index)].data();
+        size_t n = r->info.length;
+        if (kind == kKindMsg) {
+          sink.on_message(peer, {data, n});
+          ++events;
+        } else if (kind == kKindPutHdr) {
+          handle_put_header(peer, data, n, sink, events);
+        } else if (kind == kKindNotify && n == 4) {
+          uint32_t imm = 0;
+          std::memcpy(&imm, data, 4);
+          sink.on_put_arrived(peer, imm);
+          ++events;
+        } else {
+          errors_.emplace_back(peer, "ucx: rank " + std::to_string(peer) +
+                                         " sent an unknown message kind " + std::to_string(kind));
+        }
+      }
+      release(r);
+      if (!closing_) post_pool_recv(index);
+      return;
+    }
+    case Req::Msg:
+      buffered_bytes_ -= r->buf.size();
+      break;
+    case Req::PutHdr:
+      buffered_bytes_ -= r->buf.size();
+      if (r->has_cookie) {
+        sink.on_put_done(r->cookie, ok);
+        ++events;
+      }
+      break;
+    case Req::PutData:
+      sink.on_put_done(r->cookie, ok);
+      ++events;
+      break;
+    case Req::Flush: {
+      auto it = eps_.find(r->peer);
+      if (ok && it != eps_.end()) {
+        r->kind = Req::Notify;
+        r->status = UCS_OK;
+        uint32_t imm = r->imm;
+        uint64_t cookie = r->cookie;
+        iovec v{&imm, 4};
+        if (send_tagged(*it->second, pool_tag(kKindNotify, ctx_.rank), {&v, 1}, r) !=
+            PostStatus::Ok) {
+          --it->second->rma_in_flight_;
+          sink.on_put_done(cookie, false);
+          ++events;
+        }
+        return;  // r lives on as the notification (or was released)
+      }
+      if (it != eps_.end()) --it->second->rma_in_flight_;
+      sink.on_put_done(r->cookie, false);
+      ++events;
+      break;
+    }
+    case Req::Notify: {
+      buffered_bytes_ -= r->buf.size();
+      auto it = eps_.find(r->peer);
+      if (it != eps_.end()) --it->second->rma_in_flight_;
+      sink.on_put_done(r->cookie, ok);
+      ++events;
+      break;
+    }
+    case Req::DataRecv:
+      if (r->status == UCS_ERR_CANCELED) break;
+      if (ok && r->info.length == r->expect) {
+        if (!reported_.count(r->peer)) {
+          sink.on_put_arrived(r->peer, r->imm);
+          ++events;
+        }
+      } else {
+        errors_.emplace_back(r->peer, "ucx: put data from rank " + std::to_string(r->peer) +
+                                          " failed: " +
+                                          (ok ? "received " + std::to_string(r->info.length) +
+                                                    " of " + std::to_string(r->expect) + " bytes"
+                                              : status_text(u_, r->status)));
+      }
+      break;
+  }
+  release(r);
+}
+
+void UcxTransport::check_pids() {
+  auto now = std::chrono::steady_clock::now();
+  if (now < next_pid_check_) return;
+  next_pid_check_ = now + std::chrono::milliseconds(50);
+  for (auto& [peer, e] : eps_) {
+    if (e->pid_ <= 0 || e->failed_) continue;
+    bool dead;
+    if (e->pidfd_ >= 0) {
+      pollfd pf{e->pidfd_, POLLIN, 0};
+      dead = ::poll(&pf, 1, 0) > 0;
+    } else {
+      dead = ::kill(e->pid_, 0) != 0 && errno == ESRCH;
+    }
+    if (dead) {
+      e->failed_ = true;
+      errors_.emplace_back(peer, "ucx: rank " + std::to_string(peer) + " (pid " +
+                                     std::to_string(e->pid_) +
+                                     " on this host) exited; its shared-memory link is gone");
+    }
+  }
+}
+
+int UcxTransport::progress(transport::EventSink& sink) {
+  if (closing_) return 0;
+  for (int i = 0; i < 16 && u_.ucp_worker_progress(worker_) != 0; ++i) {
+  }
+  check_pids();
+  int events = 0;
+  std::vector<Req*> done;
+  while (!completed_.empty() || !errors_.empty()) {
+    done.clear();
+    done.swap(completed_);
+    for (Req* r : done) finish(r, sink, events);
+    while (!errors_.empty()) {
+      auto [peer, reason] = errors_.front();
+      errors_.pop_front();
+      auto it = eps_.find(peer);
+      if (it != eps_.end()) it->second->failed_ = true;
+      if (!reported_.insert(peer).second) continue;
+      // Receives of puts from the dead peer will never complete: withdraw them.
+      for (Req* r : live_)
+        if (r->kind == Req::DataRecv && r->peer == peer && r->ucx)
+          u_.ucp_request_cancel(worker_, r->ucx);
+      TPLOG(INFO, UCX) << "rank " << ctx_.rank << ": " << reason;
+      sink.on_peer_error(peer, reason);
+      ++events;
+    }
+  }
+  return events;
+}
+
+bool UcxTransport::arm() {
+  if (!completed_.empty() || !errors_.empty()) return false;
+  if (efd_ < 0) return true;
+  ucs_status_t st = u_.ucp_worker_arm(worker_);
+  if (st == UCS_ERR_BUSY) return false;
+  if (st != UCS_OK) {
+    TPLOG(WARN, UCX) << "rank " << ctx_.rank << ": ucp_worker_arm: " << status_text(u_, st);
+  }
+  return true;
+}
+
+}  // namespace tpcomm::ucx

@@ -1,0 +1,149 @@
+// The ucx transport (issue 9): one UCP context and worker per instance; endpoints from worker
+// addresses published through the store; two-sided messages as tagged sends into pre-posted
+// receives; registration with ucp_mem_map and packed rkeys; put either as ucp_put_nbx + flush
+// + a tagged notification (where UCX runs RMA on a transport lane), or, where UCX would only
+// emulate RMA (its tcp lanes), as a tagged header plus a tagged data message that the target
+// receives straight into the registered region (UCX's own zero-copy rendezvous).
+// docs/transport.md explains the mapping and the choice.
+#pragma once
+
+#include <chrono>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "tpcomm/transport/transport.hpp"
+#include "transports/ucx/ucp_lib.h"
+
+namespace tpcomm::ucx {
+
+/// How an endpoint carries put: UCX RMA or tagged messages (auto: RMA where UCX reports an
+/// RMA lane for the peer, tagged messages where it would emulate RMA over active messages).
+enum class PutMode : uint8_t { Auto, Rma, Tag };
+
+/// Settings read from the registry (factory.cc).
+struct Options {
+  std::string library = "libucp.so.0";
+  std::string tls;          ///< TPCOMM_UCX_TLS: UCX_TLS for tpcomm only ("" = UCX's own)
+  std::string net_devices;  ///< TPCOMM_UCX_NET_DEVICES
+  PutMode put = PutMode::Auto;
+  size_t max_message = 256 * 1024;
+  size_t rndv_threshold = 32 * 1024;
+  int recv_depth = 32;
+  static Options from_env();
+};
+
+class UcxTransport;
+struct Req;
+
+/// A UCP endpoint to one peer (made by connect; the peer makes its own towards us).
+class UcxEndpoint : public transport::Endpoint {
+ public:
+  UcxEndpoint(UcxTransport& t, int peer) : t_(t), peer_(peer) {}
+  int peer() const override { return peer_; }
+  bool ready() const override { return true; }  // UCX queues operations during wire-up
+  UcxTransport& transport();
+  transport::PostStatus send(std::span<const iovec> iov) override;
+  transport::PostStatus put(const transport::MemoryRegion& src, size_t src_offset,
+                            const transport::RemoteKey& dst, size_t dst_offset, size_t length,
+                            uint32_t imm, uint64_t cookie) override;
+
+ private:
+  friend class UcxTransport;
+  UcxTransport& t_;
+  int peer_;
+  ucp_ep_h ep_ = nullptr;
+  bool rma_ = false;     ///< put via ucp_put_nbx (else tagged messages)
+  bool failed_ = false;  ///< error reported (or about to be)
+  std::string info_;     ///< lanes, for logs
+  std::map<std::vector<uint8_t>, ucp_rkey_h> rkeys_;
+  int rma_in_flight_ = 0;
+  int pid_ = -1;    ///< watched peer process (lanes without UCX peer-failure support)
+  int pidfd_ = -1;  ///< pidfd of pid_ (readable once it exits), -1: kill(pid, 0)
+};
+
+/// A region mapped with ucp_mem_map; the packed rkey travels in RemoteKey.blob.
+class UcxRegion : public transport::MemoryRegion {
+ public:
+  UcxRegion(UcxTransport& t, void* addr, size_t length, Device device);
+  ~UcxRegion() override;
+  transport::RemoteKey remote_key() const override { return key_; }
+
+ private:
+  UcxTransport& t_;
+  ucp_mem_h memh_ = nullptr;
+  transport::RemoteKey key_;
+};
+
+class UcxTransport : public transport::Transport {
+ public:
+  UcxTransport(const transport::TransportContext& ctx, const Options& opt);
+  ~UcxTransport() override;
+
+  const char* name() const override { return "ucx"; }
+  transport::Capabilities capabilities() const override { return caps_; }
+  std::vector<uint8_t> address() const override { return address_; }
+  transport::Endpoint& connect(int peer, std::span<const uint8_t> peer_address,
+                               std::chrono::steady_clock::time_point deadline) override;
+  std::unique_ptr<transport::MemoryRegion> register_memory(void* addr, size_t length,
+                                                           Device device) override;
+  int progress(transport::EventSink& sink) override;
+  int wait_fd() const override { return efd_; }
+  bool arm() override;
+
+  // For UCX callbacks (run inside ucp_worker_progress): queue what progress() reports.
+  void push_completed(Req* r) { completed_.push_back(r); }
+  void on_ep_error(UcxEndpoint& e, ucs_status_t status);
+
+ private:
+  friend class UcxEndpoint;
+  friend class UcxRegion;
+  friend struct Req;
+
+  // Posting (engine lock held by the caller).
+  transport::PostStatus send_tagged(UcxEndpoint& e, uint64_t tag, std::span<const iovec> iov,
+                                    Req* r);
+  void post_pool_recv(int index);
+  void post_notify(Req* flushed);
+  void handle_put_header(int peer, const uint8_t* p, size_t n, transport::EventSink& sink,
+                         int& events);
+  void finish(Req* r, transport::EventSink& sink, int& events);
+  void check_pids();
+  Req* new_req();
+  void release(Req* r);
+  std::string peer_text(int peer) const;
+
+  const UcpLib& u_;
+  Options opt_;
+  transport::TransportContext ctx_;
+  transport::Capabilities caps_;
+  ucp_context_h context_ = nullptr;
+  ucp_worker_h worker_ = nullptr;
+  int efd_ = -1;
+  std::vector<uint8_t> address_;
+  uint64_t job_hash_ = 0;
+  uint64_t host_hash_ = 0;
+  uint64_t pidns_ = 0;
+  std::chrono::steady_clock::time_point next_pid_check_{};
+  std::unordered_map<int, std::unique_ptr<UcxEndpoint>> eps_;
+
+  // Pre-posted receives for messages, put headers and notifications.
+  std::vector<std::vector<uint8_t>> pool_buf_;
+  std::vector<Req*> pool_req_;
+
+  std::unordered_set<Req*> live_;  ///< every request UCX may still call back
+  std::vector<Req*> completed_;    ///< filled by UCX callbacks, drained by progress()
+  std::vector<Req*> free_;         ///< recycled requests (and their copy buffers)
+  std::deque<std::pair<int, std::string>> errors_;  ///< peer errors to report
+  std::unordered_set<int> reported_;
+  std::multimap<uintptr_t, uintptr_t> regions_;  ///< registered ranges: start -> end
+  uint32_t next_put_id_ = 1;
+  size_t buffered_bytes_ = 0;
+  bool closing_ = false;
+};
+
+}  // namespace tpcomm::ucx
