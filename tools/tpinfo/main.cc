@@ -3,24 +3,29 @@
 // relations with the GPUDirect decision and its reason, the NIC each buffer location would
 // use, and every TPCOMM_* variable with its value, default and meaning.
 #include <cstdio>
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
 #include "core/config.h"
+#include "pg/link_report.h"
 #include "report.h"
 #include "tpcomm/error.hpp"
 
 namespace {
 
 constexpr const char* kUsage =
-    "usage: tpinfo [--topo FILE] [--json] [--links]\n"
+    "usage: tpinfo [--topo FILE] [--json] [--links [--timeout SEC] [--bytes N]]\n"
     "  (no option)   report on this machine (TPCOMM_TOPO_FILE replaces the discovery)\n"
     "  --topo FILE   report on a stored machine: an hwloc XML export (v1 or v2) or a tpcomm\n"
     "                JSON dump (TPCOMM_TOPO_DUMP_FILE); nothing is bound\n"
     "  --json        the same report as one JSON document\n"
     "  --vars-markdown  every TPCOMM_* variable as a markdown table (for the README)\n"
-    "  --links       rank x rank transport matrix with a preflight of every link; run under\n"
-    "                tprun (not available yet)\n";
+    "  --links       rank x rank matrix of the transport chosen for each link and why, with a\n"
+    "                preflight of every link (8 B and --bytes, default 1 MiB, each way within\n"
+    "                --timeout seconds, default 30); run under tprun, e.g.\n"
+    "                tprun --nproc-per-node 4 tpinfo --links. Exit status 1 when a link fails.\n";
 
 int usage_error(const std::string& what) {
   std::fprintf(stderr, "tpinfo: %s\n%s", what.c_str(), kUsage);
@@ -33,6 +38,7 @@ int main(int argc, char** argv) {
   std::string topo_file;
   bool json = false;
   bool links = false;
+  tpcomm::tpinfo::LinksOptions link_options;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--topo" || a.rfind("--topo=", 0) == 0) {
@@ -63,6 +69,17 @@ int main(int argc, char** argv) {
       return 0;
     } else if (a == "--links") {
       links = true;
+    } else if (a == "--timeout" || a == "--bytes") {
+      if (i + 1 >= argc) return usage_error(a + " needs a value");
+      std::string v = argv[++i];
+      char* end = nullptr;
+      double x = std::strtod(v.c_str(), &end);
+      if (v.empty() || *end != '\0' || !(x > 0) || x > 1e12)
+        return usage_error(a + " needs a positive number, got '" + v + "'");
+      if (a == "--timeout")
+        link_options.timeout = std::chrono::milliseconds(static_cast<int64_t>(x * 1000));
+      else
+        link_options.bytes = static_cast<size_t>(x);
     } else if (a == "-h" || a == "--help") {
       std::fputs(kUsage, stdout);
       return 0;
@@ -71,13 +88,12 @@ int main(int argc, char** argv) {
     }
   }
   if (links) {
-    // TODO(topo): the rank x rank matrix and the preflight need the process group (every rank
-    // publishes its topo::Summary through the store, then select_link() per pair and a small
-    // ping each way). Wire it here once src/pg exists.
-    std::fprintf(stderr,
-                 "tpinfo: --links is not available yet: it needs the process group, which this "
-                 "build does not have\n");
-    return 2;
+    try {
+      return tpcomm::tpinfo::run_links(link_options);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "tpinfo --links: %s\n", e.what());
+      return 1;
+    }
   }
   try {
     for (const std::string& w : tpcomm::config::validate())
