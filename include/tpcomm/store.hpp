@@ -112,6 +112,9 @@ class TCPStoreClient;
 ///   still missing or the call that got no reply; a server that is gone gives a StoreError
 ///   naming host:port, and every later call fails the same way.
 /// - One request is in flight per TCPStore: calls from several threads are serialised.
+/// - A client on the server's host moves to a Unix-domain socket the server offers during the
+///   handshake (loopback TCP costs more kernel work per request); TPCOMM_STORE_LOCAL_SOCKET=0
+///   keeps it on TCP. Messages still name host:port.
 class TCPStore : public Store {
  public:
   /// Connects to host:port; when is_master, first starts the server there (port 0 picks a

@@ -3,13 +3,16 @@
 
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 #include <thread>
 
+#include "core/config.h"
 #include "core/log.h"
 #include "store/store_util.h"
 #include "store/tcp_store_server.h"
@@ -90,15 +93,15 @@ uint32_t TCPStoreClient::new_id() {
   return id;
 }
 
-void TCPStoreClient::handshake(const std::string& job_id, bool master_self, Deadline deadline,
-                               std::chrono::milliseconds timeout) {
+void TCPStoreClient::hello_round(const std::string& job_id, uint32_t flags, Deadline deadline,
+                                 std::chrono::milliseconds timeout) {
   uint32_t id = new_id();
   wbuf_.clear();
   Writer w(&wbuf_);
   w.begin(Op::kHello, id);
   w.str(job_id);
   w.str(net::hostname() + ":" + std::to_string(::getpid()));
-  w.u32(master_self ? store_wire::kHelloSelf : 0);
+  w.u32(flags);
   w.end();
   send_request(deadline, What{"the handshake"});
   uint32_t got = read_reply(id, 0, deadline, What{"the handshake"});
@@ -120,10 +123,48 @@ void TCPStoreClient::handshake(const std::string& job_id, bool master_self, Dead
     fail("TCPStore at " + addr_ + ": unexpected " + std::to_string(reply_.op) +
          " reply to the handshake; is it a tpcomm store of the same version?");
   }
+}
+
+net::Fd TCPStoreClient::connect_local(std::string_view name) {
+  sockaddr_un sa{};
+  if (name.empty() || name.size() + 1 > sizeof(sa.sun_path)) return net::Fd();
+  net::Fd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return net::Fd();
+  sa.sun_family = AF_UNIX;
+  std::memcpy(sa.sun_path + 1, name.data(), name.size());
+  auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+  // Connecting to a listening Unix socket completes at once (or fails: ECONNREFUSED,
+  // ENOENT on another host or network namespace, EAGAIN when its backlog is full).
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&sa), len) != 0) return net::Fd();
+  return fd;
+}
+
+void TCPStoreClient::handshake(const std::string& job_id, bool master_self, Deadline deadline,
+                               std::chrono::milliseconds timeout) {
+  const uint32_t self = master_self ? store_wire::kHelloSelf : 0;
+  bool hello_done = false;
+  if (config::get_bool("TPCOMM_STORE_LOCAL_SOCKET")) {
+    // Ask for the server's local socket first; when it is reachable (same host and network
+    // namespace), move there and say hello again. Otherwise say hello here.
+    hello_round(job_id, self | store_wire::kHelloAskLocal, deadline, timeout);
+    std::string name(reply_.local);
+    if (net::Fd local = connect_local(name); local.valid()) {
+      net::Fd tcp = std::move(fd_);
+      fd_ = std::move(local);
+      rlen_ = rpos_ = 0;
+      rcvtimeo_us_ = 0;
+      hello_round(job_id, self, deadline, timeout);
+      local_ = true;
+      hello_done = true;
+      ::shutdown(tcp.get(), SHUT_WR);  // closed in order; the server drops it
+    }
+  }
+  if (!hello_done) hello_round(job_id, self, deadline, timeout);
   limits_.max_key = reply_.max_key;
   limits_.max_value = reply_.max_value;
   TPLOG(INFO, STORE) << "TCPStore client connected to " << addr_ << " (server " << reply_.server
-                     << ", job '" << job_id << "')";
+                     << ", job '" << job_id << "'" << (local_ ? ", over its local socket" : "")
+                     << ")";
 }
 
 std::string TCPStoreClient::What::str() const {

@@ -31,6 +31,8 @@ class TCPStoreClient {
 
   /// "host:port" of the server.
   const std::string& address() const { return addr_; }
+  /// True when the connection moved to the server's local (Unix-domain) socket.
+  bool uses_local_socket() const { return local_; }
 
   void set(const std::string& key, const Bytes& value, std::chrono::milliseconds timeout);
   Bytes get(const std::string& key, std::chrono::milliseconds timeout);
@@ -59,6 +61,11 @@ class TCPStoreClient {
   uint32_t new_id();
   void handshake(const std::string& job_id, bool master_self, Deadline deadline,
                  std::chrono::milliseconds timeout);
+  // Sends one HELLO with `flags` and reads its reply into reply_ (throws as the handshake).
+  void hello_round(const std::string& job_id, uint32_t flags, Deadline deadline,
+                   std::chrono::milliseconds timeout);
+  // Connects to the abstract Unix socket `name`; an invalid Fd when that fails.
+  static net::Fd connect_local(std::string_view name);
   void check_key(const char* op, const std::string& key) const;
   void check_value(const char* op, const std::string& key, size_t size) const;
   void check_frame(const char* op) const;
@@ -102,6 +109,7 @@ class TCPStoreClient {
   int64_t rcvtimeo_us_ = 0;  // SO_RCVTIMEO now set on the socket (0 = none)
   int spin_skip_ = 0;        // calls left before the next busy-poll attempt
   int spin_misses_ = 0;      // consecutive busy-polls that found nothing
+  bool local_ = false;       // on the server's Unix-domain socket
 };
 
 }  // namespace tpcomm

@@ -5,11 +5,15 @@
 #include <sched.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstddef>
+#include <cstdio>
 #include <cstring>
+#include <random>
 
 #include "core/config.h"
 #include "core/log.h"
@@ -46,6 +50,7 @@ TCPStoreServerConfig TCPStoreServerConfig::from_registry(std::string host, uint1
   c.max_clients = static_cast<int>(config::get_int("TPCOMM_STORE_MAX_CLIENTS"));
   c.spin = store_spin_from_registry();
   c.handshake_timeout = config::get_duration("TPCOMM_STORE_HANDSHAKE_TIMEOUT");
+  c.local_socket = config::get_bool("TPCOMM_STORE_LOCAL_SOCKET");
   return c;
 }
 
@@ -92,6 +97,7 @@ TCPStoreServer::Impl::Impl(const TCPStoreServerConfig& c) : cfg(c) {
   ::epoll_ctl(epoll_fd, EPOLL_CTL_ADD, listen_fd, &ev);
   ev.data.fd = wake_fd;
   ::epoll_ctl(epoll_fd, EPOLL_CTL_ADD, wake_fd, &ev);
+  if (c.local_socket) open_local_socket();
   TPLOG(INFO, STORE) << "TCPStore server listening on " << addr << " (job '" << cfg.job_id
                      << "', max key " << cfg.max_key << " B, max value " << cfg.max_value
                      << " B, max clients " << cfg.max_clients << ")";
@@ -105,7 +111,7 @@ TCPStoreServer::Impl::~Impl() {
 }
 
 void TCPStoreServer::Impl::close_fds() {
-  for (int* fd : {&listen_fd, &wake_fd, &epoll_fd, &reserve_fd}) {
+  for (int* fd : {&listen_fd, &wake_fd, &epoll_fd, &reserve_fd, &local_fd}) {
     if (*fd >= 0) ::close(*fd);
     *fd = -1;
   }
@@ -155,8 +161,8 @@ void TCPStoreServer::Impl::run() {
     for (int i = 0; i < n; ++i) {
       int fd = events[i].data.fd;
       uint32_t ev = events[i].events;
-      if (fd == listen_fd) {
-        accept_clients();
+      if (fd == listen_fd || fd == local_fd) {
+        accept_clients(fd);
       } else if (fd == wake_fd) {
         uint64_t v;
         ssize_t rc = ::read(wake_fd, &v, sizeof(v));
@@ -180,12 +186,41 @@ void TCPStoreServer::Impl::run() {
 
 // ---- connections ------------------------------------------------------------------------------
 
-void TCPStoreServer::Impl::accept_clients() {
+void TCPStoreServer::Impl::open_local_socket() {
+  // Abstract names (Linux) vanish with the socket; the random part makes the name unguessable
+  // and unique, so a client that reaches it reaches this very server.
+  uint64_t nonce = std::random_device{}();
+  nonce = (nonce << 32) ^ std::random_device{}() ^
+          static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  char name[96];
+  std::snprintf(name, sizeof(name), "tpcomm-store-%d-%u-%016llx", static_cast<int>(::getpid()),
+                static_cast<unsigned>(bound_port), static_cast<unsigned long long>(nonce));
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  sockaddr_un sa{};
+  sa.sun_family = AF_UNIX;
+  size_t n = std::strlen(name);
+  std::memcpy(sa.sun_path + 1, name, n);
+  socklen_t len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + n);
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&sa), len) != 0 ||
+      ::listen(fd, cfg.backlog) != 0) {
+    TPLOG(INFO, STORE) << "TCPStore server " << addr << ": no local socket ("
+                       << std::strerror(errno) << "); clients of this host use TCP";
+    if (fd >= 0) ::close(fd);
+    return;
+  }
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = fd;
+  ::epoll_ctl(epoll_fd, EPOLL_CTL_ADD, fd, &ev);
+  local_fd = fd;
+  local_name = name;
+}
+
+void TCPStoreServer::Impl::accept_clients(int lfd) {
   for (int i = 0; i < kAcceptsPerRound; ++i) {
     sockaddr_storage ss{};
     socklen_t len = sizeof(ss);
-    int fd =
-        ::accept4(listen_fd, reinterpret_cast<sockaddr*>(&ss), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    int fd = ::accept4(lfd, reinterpret_cast<sockaddr*>(&ss), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
       if (errno == EMFILE || errno == ENFILE) {
@@ -195,20 +230,28 @@ void TCPStoreServer::Impl::accept_clients() {
                            << open_conns << " clients; refusing a connection (raise `ulimit -n`)";
         if (reserve_fd >= 0) {
           ::close(reserve_fd);
-          int tmp = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
+          int tmp = ::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
           if (tmp >= 0) ::close(tmp);
           reserve_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
         }
       }
       return;
     }
+    const bool local = lfd == local_fd;
     int one = 1;
-    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    if (!local) ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     if (static_cast<size_t>(fd) >= conns.size()) conns.resize(static_cast<size_t>(fd) * 2 + 64);
     auto c = std::make_unique<Conn>();
     c->fd = fd;
     c->id = next_conn_id++;
-    SockAddr_to_text(ss, len, &c->peer);
+    if (local) {
+      ucred cred{};
+      socklen_t clen = sizeof(cred);
+      ::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen);
+      c->peer = "local socket of pid " + std::to_string(cred.pid);
+    } else {
+      SockAddr_to_text(ss, len, &c->peer);
+    }
     epoll_event ev{};
     ev.events = EPOLLIN | EPOLLRDHUP;
     ev.data.fd = fd;
@@ -375,7 +418,7 @@ void TCPStoreServer::Impl::on_readable(Conn& c) {
       }
       close_conn(c, c.in.len ? "closed in the middle of a frame (" + std::to_string(c.in.len) +
                                    " bytes of it arrived)"
-                             : (c.hello ? "" : "closed before the handshake"));
+                             : (c.hello || c.asked_local ? "" : "closed before the handshake"));
       return;
     }
     if (n < 0) {
@@ -527,6 +570,20 @@ void TCPStoreServer::Impl::handle_hello(Conn& c, const Header& h, const uint8_t*
     c.close_after_flush = true;
     return;
   }
+  if (req.hello_flags & store_wire::kHelloAskLocal) {
+    // Only asking where the local socket is: answer, and wait for the real hello (here, or
+    // on the local socket, after which the client closes this connection).
+    c.asked_local = true;
+    store_wire::Writer w(&c.out);
+    w.begin(Op::kHelloOk, h.id);
+    w.str(self_desc);
+    w.u64(cfg.max_key);
+    w.u64(cfg.max_value);
+    w.str(local_name);
+    w.end();
+    mark_dirty(c);
+    return;
+  }
   c.hello = true;
   ++clients;
   if (!(req.hello_flags & store_wire::kHelloSelf)) {
@@ -541,6 +598,7 @@ void TCPStoreServer::Impl::handle_hello(Conn& c, const Header& h, const uint8_t*
   w.str(self_desc);
   w.u64(cfg.max_key);
   w.u64(cfg.max_value);
+  w.str(std::string_view());
   w.end();
   mark_dirty(c);
 }
@@ -579,6 +637,8 @@ TCPStoreServer::~TCPStoreServer() = default;
 uint16_t TCPStoreServer::port() const { return impl_->bound_port; }
 
 std::string TCPStoreServer::address() const { return impl_->addr; }
+
+std::string TCPStoreServer::local_socket_name() const { return impl_->local_name; }
 
 int TCPStoreServer::workers_joined() const {
   std::lock_guard<std::mutex> lk(impl_->join_mu);

@@ -23,9 +23,11 @@ struct TCPStoreServerConfig {
   std::chrono::microseconds spin{50};
   /// A connection that has not completed its hello after this long is closed (0: never).
   std::chrono::milliseconds handshake_timeout{5000};
+  /// Also listen on an abstract Unix-domain socket that clients of this host switch to.
+  bool local_socket = true;
 
-  /// Reads TPCOMM_STORE_BACKLOG, _MAX_KEY, _MAX_VALUE, _MAX_CLIENTS, _SPIN and
-  /// _HANDSHAKE_TIMEOUT.
+  /// Reads TPCOMM_STORE_BACKLOG, _MAX_KEY, _MAX_VALUE, _MAX_CLIENTS, _SPIN,
+  /// _HANDSHAKE_TIMEOUT and _LOCAL_SOCKET.
   static TCPStoreServerConfig from_registry(std::string host, uint16_t port, std::string job_id);
 };
 
@@ -49,6 +51,8 @@ class TCPStoreServer {
   uint16_t port() const;
   /// "host:port" as clients should see it in messages.
   std::string address() const;
+  /// Name of the abstract Unix socket local clients use ("" when there is none).
+  std::string local_socket_name() const;
 
   /// Clients other than the master's own that completed the handshake since the start.
   int workers_joined() const;

@@ -74,6 +74,7 @@ struct Conn {
   size_t out_pos = 0;
   uint32_t ev_mask = 0;
   bool hello = false;
+  bool asked_local = false;  // asked for the local socket (leaves silently when it moves)
   bool dead = false;
   bool dirty = false;
   bool paused = false;  // not reading: too many unread replies
@@ -99,7 +100,8 @@ struct TCPStoreServer::Impl {
   void run();
   void stop();
   void close_fds();
-  void accept_clients();
+  void accept_clients(int lfd);
+  void open_local_socket();
   static void SockAddr_to_text(const sockaddr_storage& ss, socklen_t len, std::string* out);
   void on_readable(Conn& c);
   void process_input(Conn& c);
@@ -137,6 +139,8 @@ struct TCPStoreServer::Impl {
   std::string self_desc;  // "host:pid"
   uint16_t bound_port = 0;
   int listen_fd = -1, wake_fd = -1, epoll_fd = -1, reserve_fd = -1;
+  int local_fd = -1;       // abstract Unix socket for clients of this host (-1: none)
+  std::string local_name;  // its name without the leading NUL
   std::thread thread;
   std::atomic<bool> stopping{false};
   int spin_hits = 1;

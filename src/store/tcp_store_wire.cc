@@ -292,7 +292,8 @@ bool decode_reply(const Header& h, const uint8_t* payload, Reply* out, std::stri
   const Op op = static_cast<Op>(h.op);
   switch (op) {
     case Op::kHelloOk:
-      if (!r.str(&out->server) || !r.u64(&out->max_key) || !r.u64(&out->max_value))
+      if (!r.str(&out->server) || !r.u64(&out->max_key) || !r.u64(&out->max_value) ||
+          !r.str(&out->local))
         return bad("truncated hello reply");
       break;
     case Op::kOk:

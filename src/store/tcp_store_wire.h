@@ -6,7 +6,7 @@
 //
 //   offset  size  field
 //   0       4     magic    0x54535054 (the bytes 'T' 'P' 'S' 'T')
-//   4       1     version  kVersion (1)
+//   4       1     version  kVersion (2)
 //   5       1     op       Op: requests are 1..63, replies 64..127
 //   6       2     flags    requests: bit 0 = kFlagNoReply (set, append, multi_set: the server
 //                          replies only when the request fails); every other bit must be 0
@@ -19,7 +19,8 @@
 // A request's payload must be consumed exactly by its fields.
 //
 //   HELLO       str job_id, str client ("host:pid"), u32 hello flags (kHelloSelf: the
-//               master's own client, not counted as a worker). Must be the first frame.
+//               master's own client, not counted as a worker; kHelloAskLocal: only asking
+//               for the server's local socket, see below). Must be the first frame.
 //   SET         str key, str value          APPEND      str key, str value
 //   GET         str key                     ADD         str key, i64 delta
 //   COMPARE_SET str key, str expected, str desired
@@ -28,13 +29,20 @@
 //   MULTI_SET   u32 n, n x (str key, str value)
 //   CANCEL      u32 id of a parked GET/WAIT/MULTI_GET of this connection to drop
 //
-//   HELLO_OK    str server ("host:pid"), u64 max_key, u64 max_value
+//   HELLO_OK    str server ("host:pid"), u64 max_key, u64 max_value, str local socket
+//               (abstract Unix socket name, "" when none or not asked)
 //   OK          (empty): set, append, multi_set, wait
 //   VALUE       str value: get, compare_set
 //   INT         i64: add (new value), delete (1/0), check (1/0), num_keys
 //   VALUES      u32 n, n x str value: multi_get
 //   KEYS        u32 n, n x str key: cancel (the keys that were still missing)
 //   ERROR       u16 ErrorCode, str message
+//
+// A client on the server's host may move to a Unix-domain socket (much cheaper than loopback
+// TCP): its first HELLO carries kHelloAskLocal, and the HELLO_OK names the server's abstract
+// socket without completing the handshake. The client connects there and says HELLO again
+// (without the flag), or, when it cannot (another host or network namespace), says it again
+// on the TCP connection.
 //
 // GET, WAIT and MULTI_GET are parked by the server until their keys exist. The server
 // refuses a first frame that is not a HELLO of this version and job (ERROR, then close;
@@ -52,10 +60,11 @@
 namespace tpcomm::store_wire {
 
 inline constexpr uint32_t kMagic = 0x54535054;
-inline constexpr uint8_t kVersion = 1;
+inline constexpr uint8_t kVersion = 2;
 inline constexpr size_t kHeaderSize = 20;
 inline constexpr uint16_t kFlagNoReply = 1;
 inline constexpr uint32_t kHelloSelf = 1;
+inline constexpr uint32_t kHelloAskLocal = 2;
 /// Lengths above this are garbage, not an honest request over the limit: the server closes
 /// the connection instead of skipping the payload.
 inline constexpr uint64_t kAbsurdLength = uint64_t{1} << 40;
@@ -169,6 +178,7 @@ struct Reply {
   std::string_view message;                      // ERROR
   std::string_view server;                       // HELLO_OK
   uint64_t max_key = 0, max_value = 0;           // HELLO_OK
+  std::string_view local;                        // HELLO_OK
 };
 
 /// Decodes the payload of a reply frame. Pure; `err` says what is wrong.

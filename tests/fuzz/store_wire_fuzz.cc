@@ -79,6 +79,7 @@ extern "C" size_t tpcomm_fuzz_seeds(std::vector<std::vector<uint8_t>>* out) {
     w.str("server:2");
     w.u64(4096);
     w.u64(1 << 20);
+    w.str("tpcomm-store-1-2-3");
   });
   add([](Writer& w) {
     w.begin(Op::kValues, 9);

@@ -188,12 +188,13 @@ TEST_F(TCPStoreRobust, OtherProtocolVersionIsRefused) {
   w.str("future-client");
   w.u32(0);
   w.end();
-  b[4] = 2;  // version
+  b[4] = store_wire::kVersion + 1;  // a future version
   raw.send_bytes(b);
   auto reply = raw.read_frame();
   EXPECT_EQ(reply.op, static_cast<uint8_t>(Op::kError));
   EXPECT_EQ(reply.code, static_cast<uint16_t>(store_wire::ErrorCode::kVersion));
-  EXPECT_TRUE(contains(reply.text, "version 2")) << reply.text;
+  EXPECT_TRUE(contains(reply.text, "version " + std::to_string(store_wire::kVersion + 1)))
+      << reply.text;
   EXPECT_TRUE(raw.closed_by_server());
   expect_serving();
 }

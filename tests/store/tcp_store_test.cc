@@ -6,6 +6,8 @@
 #include <thread>
 
 #include "common/reserved_port.h"
+#include "store/tcp_store_client.h"
+#include "store/tcp_store_server.h"
 #include "store/tcp_store_test_util.h"
 #include "tpcomm/error.hpp"
 #include "tpcomm/store.hpp"
@@ -143,6 +145,7 @@ TEST(TCPStore, WaitTimesOutNamingMissingKeysAndStaysUsable) {
 
 // A scripted fake server: answers the first request late, after the client gave up.
 TEST(TCPStore, LateReplyIsNotTakenForTheNextOne) {
+  ScopedEnv tcp_only("TPCOMM_STORE_LOCAL_SOCKET", "0");  // one hello, on this socket
   net::Fd lfd = net::listen_on("127.0.0.1", 0, 4, false);
   uint16_t port = net::local_address(lfd.get()).port();
   std::thread server([&] {
@@ -169,6 +172,7 @@ TEST(TCPStore, LateReplyIsNotTakenForTheNextOne) {
     w.str("fake");
     w.u64(4096);
     w.u64(1 << 20);
+    w.str("");  // no local socket
     w.end();
     send(out);
     read_req(&h, &payload);  // add #1: answered only after the client's timeout
@@ -515,6 +519,98 @@ TEST(TCPStore, MalformedSpinSettingIsAConfigError) {
     FAIL();
   } catch (const ConfigError& ex) {
     EXPECT_TRUE(contains(ex.what(), "TPCOMM_STORE_SPIN")) << ex.what();
+  }
+}
+
+// ---- the local (Unix-domain) socket ----
+
+// Waits until the server counts `n` open connections (the moved client's TCP one closes).
+bool connections_become(const TCPStoreServer& srv, int n) {
+  for (int i = 0; i < 1000 && srv.connections() != n; ++i) std::this_thread::sleep_for(10ms);
+  return srv.connections() == n;
+}
+
+TEST(TCPStoreLocalSocket, ClientsOfThisHostMoveThereAndCountOnce) {
+  TCPStoreServer srv(TCPStoreServerConfig::from_registry("127.0.0.1", 0, ""));
+  ASSERT_FALSE(srv.local_socket_name().empty());
+  EXPECT_NE(srv.local_socket_name().find(std::to_string(srv.port())), std::string::npos);
+  TCPStoreClient a("127.0.0.1", srv.port(), "", 30s, false);
+  TCPStoreClient b("127.0.0.1", srv.port(), "", 30s, false);
+  EXPECT_TRUE(a.uses_local_socket());
+  EXPECT_TRUE(b.uses_local_socket());
+  a.set("k", to_bytes("v"), 30s);
+  EXPECT_EQ(b.get("k", 30s), to_bytes("v"));
+  EXPECT_EQ(b.add("n", 2, 30s), 2);
+  EXPECT_EQ(srv.workers_joined(), 2);  // the asking TCP hello does not count
+  EXPECT_TRUE(connections_become(srv, 2)) << srv.connections();
+  srv.wait_for_workers(2, Deadline::after(10s), 10s);
+}
+
+TEST(TCPStoreLocalSocket, ZeroOnEitherSideKeepsTcp) {
+  {
+    ScopedEnv off("TPCOMM_STORE_LOCAL_SOCKET", "0");
+    TCPStoreServer srv(TCPStoreServerConfig::from_registry("127.0.0.1", 0, ""));
+    EXPECT_TRUE(srv.local_socket_name().empty());
+    ScopedEnv on("TPCOMM_STORE_LOCAL_SOCKET", "1");
+    TCPStoreClient c("127.0.0.1", srv.port(), "", 30s, false);  // asks, gets no name
+    EXPECT_FALSE(c.uses_local_socket());
+    c.set("k", to_bytes("v"), 30s);
+    EXPECT_EQ(c.get("k", 30s), to_bytes("v"));
+    EXPECT_EQ(srv.workers_joined(), 1);
+  }
+  TCPStoreServer srv(TCPStoreServerConfig::from_registry("127.0.0.1", 0, ""));
+  ScopedEnv off("TPCOMM_STORE_LOCAL_SOCKET", "0");
+  TCPStoreClient c("127.0.0.1", srv.port(), "", 30s, false);  // does not ask
+  EXPECT_FALSE(c.uses_local_socket());
+  EXPECT_EQ(c.add("n", 1, 30s), 1);
+  EXPECT_EQ(srv.workers_joined(), 1);
+}
+
+// A client that cannot reach the local socket (another host) says hello again over TCP; a
+// client of another job is refused before it learns the socket's name.
+TEST(TCPStoreLocalSocket, AskingThenStayingOnTcpAndOtherJobs) {
+  TCPStoreServer srv(TCPStoreServerConfig::from_registry("127.0.0.1", 0, "jobA"));
+  auto hello = [](const std::string& job, uint32_t flags) {
+    std::vector<uint8_t> b;
+    store_wire::Writer w(&b);
+    w.begin(store_wire::Op::kHello, 1);
+    w.str(job);
+    w.str("remote-test");
+    w.u32(flags);
+    w.end();
+    return b;
+  };
+  RawConn raw(srv.port());
+  raw.send_bytes(hello("jobA", store_wire::kHelloAskLocal));
+  auto f = raw.read_frame();
+  ASSERT_EQ(f.op, static_cast<uint8_t>(store_wire::Op::kHelloOk)) << f.text;
+  EXPECT_EQ(srv.workers_joined(), 0);
+  raw.send_bytes(hello("jobA", 0));
+  f = raw.read_frame();
+  ASSERT_EQ(f.op, static_cast<uint8_t>(store_wire::Op::kHelloOk)) << f.text;
+  EXPECT_EQ(srv.workers_joined(), 1);
+  raw.send_bytes(testing::frame(store_wire::Op::kAdd, 2, {"n"}, 3, true));
+  f = raw.read_frame();
+  EXPECT_EQ(f.op, static_cast<uint8_t>(store_wire::Op::kInt)) << f.text;
+  EXPECT_EQ(f.integer, 3);
+  // A third hello, once handshaken, is a protocol error.
+  raw.send_bytes(hello("jobA", 0));
+  f = raw.read_frame();
+  EXPECT_EQ(f.op, static_cast<uint8_t>(store_wire::Op::kError));
+  EXPECT_TRUE(contains(f.text, "hello sent twice")) << f.text;
+
+  RawConn other(srv.port());
+  other.send_bytes(hello("jobB", store_wire::kHelloAskLocal));
+  f = other.read_frame();
+  EXPECT_EQ(f.op, static_cast<uint8_t>(store_wire::Op::kError));
+  EXPECT_TRUE(contains(f.text, "jobB")) << f.text;
+  EXPECT_TRUE(other.closed_by_server());
+  // The client class reports the refusal the same way over either socket.
+  try {
+    TCPStoreClient c("127.0.0.1", srv.port(), "jobB", 30s, false);
+    FAIL() << "a client of another job was accepted";
+  } catch (const StoreError& e) {
+    EXPECT_TRUE(contains(e.what(), "serves job 'jobA'")) << e.what();
   }
 }
 
