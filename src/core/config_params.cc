@@ -129,9 +129,9 @@ constexpr Param kParams[] = {
    "Pipelining chunk of the shm_direct collectives (capped at half of TPCOMM_SHM_COLL_BYTES); "
    "small enough to stay in the caches between the copy in and the peers' reads.",
    "collectives"},
-  {"TPCOMM_SHM_COLL_SPIN_US", T::Int, "50", "0..10000000",
-   "shm_direct waits: microseconds of busy polling before yielding, then sleeping on a futex "
-   "(cut to 2 us when the host's ranks outnumber its cores).", "collectives"},
+  {"TPCOMM_SHM_COLL_SPIN_US", T::Int, "100", "0..10000000",
+   "shm_direct waits: microseconds of busy polling before yielding (2 ms), then sleeping on a "
+   "futex (cut to 2 us when the host's ranks outnumber its cores).", "collectives"},
 
   // ---- variables owned by others, read through the registry ----
   {"GROUP_RANK", T::Int, "", "0..", "Node rank, set by tprun for workers.", "launch", true},

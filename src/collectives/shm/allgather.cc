@@ -31,11 +31,12 @@ void allgather_shm(Team& t, const void* in_v, void* out_v, size_t m) {
   const size_t chunk = t.chunk_bytes();
   for (size_t off = 0; off < m; off += chunk) {
     const size_t c = std::min(chunk, m - off);
-    const int h = t.acquire_half(kOp);
+    const int h = t.acquire_buf(kOp);
     std::memcpy(t.staging(me, h), in + off, c);
     const uint64_t v = t.post();
-    t.release_half(h);
-    if (!in_place) copy_out(out + me * m + off, in + off, c, stream);
+    t.release_buf(h);
+    // Our own block from the staging copy (in cache), not from the input again.
+    if (!in_place) copy_out(out + me * m + off, t.staging(me, h), c, stream);
     for (int i = 1; i < n; ++i) {
       const int r = (me + i) % n;
       t.wait_peer(r, v, kOp);

@@ -1,11 +1,11 @@
 // all_reduce by direct reads. Three regimes by size:
 // - small (a small slot): every rank writes its input next to its flag, and reduces all the
 //   slots in rank order (one step, identical bits on every rank);
-// - medium (one staging half): the same through the staging buffers;
-// - large: chunks pipelined through the two staging halves; per chunk each rank copies in
-//   the parts its peers reduce, reduces its own slice straight from every peer's staging into
-//   its own staging, then every rank reads every slice into its output (two steps per chunk,
-//   each byte copied in once and out once).
+// - medium (one staging buffer): the same through the staging buffers;
+// - large: chunks pipelined through three rotating staging buffers; per chunk each rank
+//   copies in the parts its peers reduce, reduces its own slice straight from every peer's
+//   staging into its own staging, and (one step later) reads every peer's slice into its
+//   output: one post per chunk, each byte copied in once and out once.
 #include <cstring>
 
 #include "collectives/shm/algos.h"
@@ -31,10 +31,10 @@ void small(Team& t, const void* in, void* out, size_t count, const Reducer& red)
 
 void direct(Team& t, const void* in, void* out, size_t count, const Reducer& red) {
   const int n = t.size();
-  const int h = t.acquire_half(kOp);
+  const int h = t.acquire_buf(kOp);
   red.load(t.staging(t.rank(), h), in, count);
   const uint64_t v = t.post();
-  t.release_half(h);
+  t.release_buf(h);
   t.wait_all(v, kOp);
   red.merge(out, t.staging(0, h), t.staging(1, h), count);
   for (int r = 2; r < n; ++r) red.merge(out, out, t.staging(r, h), count);
@@ -49,40 +49,62 @@ void chunked(Team& t, const void* in_v, void* out_v, size_t count, const Reducer
   const auto* in = static_cast<const uint8_t*>(in_v);
   auto* out = static_cast<uint8_t*>(out_v);
   const size_t chunk = std::max<size_t>(1, t.chunk_bytes() / es);
-  for (size_t off = 0; off < count; off += chunk) {
-    const size_t c = std::min(chunk, count - off);
+  const size_t chunks = (count + chunk - 1) / chunk;
+  auto len = [&](size_t k) { return std::min(chunk, count - k * chunk); };
+  // Copies in the parts of chunk k the peers reduce (PREMUL_SUM: everything, scaled).
+  auto copy_in = [&](size_t k, int b) {
+    const size_t c = len(k);
     const Block mine = block_of(c, n, me);
-    const int h = t.acquire_half(kOp);
-    uint8_t* st = t.staging(me, h);
-    const uint8_t* src = in + off * es;
-    // Copy in what the peers reduce (PREMUL_SUM: everything, scaled).
+    uint8_t* st = t.staging(me, b);
+    const uint8_t* src = in + k * chunk * es;
     if (premul) {
       red.load(st, src, c);
-    } else {
-      std::memcpy(st, src, mine.offset * es);
-      const size_t after = mine.offset + mine.count;
-      std::memcpy(st + after * es, src + after * es, (c - after) * es);
+      return;
     }
-    const uint64_t va = t.post();
-    t.wait_all(va, kOp);
-    // Reduce this rank's slice from every peer's staging into its own staging.
-    uint8_t* acc = st + mine.offset * es;
-    const void* first = premul ? static_cast<const void*>(acc) : src + mine.offset * es;
+    std::memcpy(st, src, mine.offset * es);
+    const size_t after = mine.offset + mine.count;
+    std::memcpy(st + after * es, src + after * es, (c - after) * es);
+  };
+  // Reads the peers' reduced slices of chunk k into the output.
+  auto gather = [&](size_t k, int b) {
+    const size_t c = len(k);
     for (int i = 1; i < n; ++i) {
       const int r = (me + i) % n;
-      red.merge(acc, i == 1 ? first : acc, t.staging(r, h) + mine.offset * es, mine.count);
+      const Block blk = block_of(c, n, r);
+      copy_out(out + (k * chunk + blk.offset) * es, t.staging(r, b) + blk.offset * es,
+               blk.count * es, stream);
+    }
+  };
+  // One post per chunk: it says "chunk k copied in, and my slice of chunk k-1 reduced".
+  int cur = t.acquire_buf(kOp), prev = -1;
+  copy_in(0, cur);
+  for (size_t k = 0; k < chunks; ++k) {
+    const uint64_t v = t.post();
+    if (prev >= 0) t.release_buf(prev);  // peers gather it before their next post
+    t.wait_all(v, kOp);
+    if (prev >= 0) gather(k - 1, prev);
+    // Reduce this rank's slice of chunk k from every peer's staging into its own.
+    const size_t c = len(k);
+    const Block mine = block_of(c, n, me);
+    uint8_t* acc = t.staging(me, cur) + mine.offset * es;
+    const void* first =
+        premul ? static_cast<const void*>(acc) : in + (k * chunk + mine.offset) * es;
+    for (int i = 1; i < n; ++i) {
+      const int r = (me + i) % n;
+      red.merge(acc, i == 1 ? first : acc, t.staging(r, cur) + mine.offset * es, mine.count);
     }
     red.finish(acc, mine.count, n);
-    const uint64_t vb = t.post();
-    t.release_half(h);
-    copy_out(out + (off + mine.offset) * es, acc, mine.count * es, stream);
-    t.wait_all(vb, kOp);
-    for (int i = 1; i < n; ++i) {
-      const int r = (me + i) % n;
-      const Block b = block_of(c, n, r);
-      copy_out(out + (off + b.offset) * es, t.staging(r, h) + b.offset * es, b.count * es, stream);
+    copy_out(out + (k * chunk + mine.offset) * es, acc, mine.count * es, stream);
+    prev = cur;
+    if (k + 1 < chunks) {
+      cur = t.acquire_buf(kOp);
+      copy_in(k + 1, cur);
     }
   }
+  const uint64_t v = t.post();
+  t.release_buf(prev);
+  t.wait_all(v, kOp);
+  gather(chunks - 1, prev);
 }
 
 }  // namespace
@@ -91,7 +113,7 @@ void allreduce_shm(Team& t, const void* in, void* out, size_t count, const Reduc
   const size_t bytes = count * red.esize();
   if (bytes <= kSmallBytes) {
     small(t, in, out, count, red);
-  } else if (bytes <= kDirectMax && bytes <= t.half_bytes()) {
+  } else if (bytes <= kDirectMax && bytes <= t.buf_bytes()) {
     direct(t, in, out, count, red);
   } else {
     chunked(t, in, out, count, red);

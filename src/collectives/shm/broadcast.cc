@@ -30,10 +30,10 @@ void broadcast_shm(Team& t, void* data_v, const void* src_v, size_t bytes, int r
   const size_t chunk = t.chunk_bytes();
   for (size_t off = 0; off < bytes; off += chunk) {
     const size_t c = std::min(chunk, bytes - off);
-    const int h = t.acquire_half(kOp);
+    const int h = t.acquire_buf(kOp);
     if (is_root) std::memcpy(t.staging(root, h), src + off, c);
     const uint64_t v = t.post();
-    t.release_half(h);
+    t.release_buf(h);
     if (!is_root) {
       t.wait_peer(root, v, kOp);
       copy_out(data + off, t.staging(root, h), c, stream);

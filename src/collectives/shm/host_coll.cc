@@ -78,11 +78,12 @@ std::unique_ptr<HostColl> HostColl::create(Store& store, int rank, int size, Dea
     throw InvalidArgument("shm_direct: rank " + std::to_string(rank) +
                           " is not within a group of " + std::to_string(size));
   }
+  // kBuffers staging buffers of at least 8 KiB; chunks of at least 4 KiB within one.
   size_t staging = config::get_size("TPCOMM_SHM_COLL_BYTES");
-  staging = std::max<size_t>(staging, 2 * 4096) / 8192 * 8192;
+  staging = std::max<size_t>(staging, kBuffers * 8192) / (kBuffers * 4096) * (kBuffers * 4096);
   const size_t chunk =
-      std::max<size_t>(std::min<size_t>(config::get_size("TPCOMM_SHM_COLL_CHUNK"), staging / 2),
-                       4096) /
+      std::max<size_t>(
+          std::min<size_t>(config::get_size("TPCOMM_SHM_COLL_CHUNK"), staging / kBuffers), 4096) /
       64 * 64;
   const int spin = static_cast<int>(config::get_int("TPCOMM_SHM_COLL_SPIN_US"));
   const size_t bytes = kStagingOffset + staging;

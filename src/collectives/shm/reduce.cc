@@ -35,7 +35,7 @@ void reduce_shm(Team& t, const void* in_v, void* out_v, size_t count, int root,
   for (size_t off = 0; off < count; off += chunk) {
     const size_t c = std::min(chunk, count - off);
     const Block mine = block_of(c, n, me);
-    const int h = t.acquire_half(kOp);
+    const int h = t.acquire_buf(kOp);
     uint8_t* st = t.staging(me, h);
     const uint8_t* src = in + off * es;
     if (premul) {
@@ -55,7 +55,7 @@ void reduce_shm(Team& t, const void* in_v, void* out_v, size_t count, int root,
     }
     red.finish(acc, mine.count, n);
     const uint64_t vb = t.post();
-    t.release_half(h);
+    t.release_buf(h);
     if (!is_root) continue;
     copy_out(out + (off + mine.offset) * es, acc, mine.count * es, stream);
     for (int i = 1; i < n; ++i) {

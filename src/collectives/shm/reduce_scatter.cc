@@ -27,7 +27,7 @@ void reduce_scatter_shm(Team& t, const void* in_v, void* out_v, size_t m, const 
     if (small) {
       slot = t.acquire_small(kOp);
     } else {
-      h = t.acquire_half(kOp);
+      h = t.acquire_buf(kOp);
     }
     auto stage = [&](int r) { return small ? t.small_payload(r, slot) : t.staging(r, h); };
     uint8_t* st = stage(me);
@@ -39,7 +39,7 @@ void reduce_scatter_shm(Team& t, const void* in_v, void* out_v, size_t m, const 
     if (small) {
       t.wait_small_all(slot, v, kOp);
     } else {
-      t.release_half(h);
+      t.release_buf(h);
       t.wait_all(v, kOp);
     }
     uint8_t* dst = out + off * es;

@@ -49,6 +49,10 @@ struct alignas(kLine) SmallSlot {
 inline constexpr size_t kSmallBytes = 8192;
 inline constexpr size_t kSmallSlotStride = (8 + kSmallBytes + kLine - 1) / kLine * kLine;
 
+/// Staging buffers per rank: three let all_reduce post once per chunk (peers still read
+/// the previous chunk's result while this rank fills the next).
+inline constexpr int kBuffers = 3;
+
 /// Offsets inside a segment.
 inline constexpr size_t kFlagOffset = kLine;
 inline constexpr size_t kSmallOffset = 2 * kLine;
@@ -63,19 +67,20 @@ class Team {
   int rank() const { return rank_; }
   int size() const { return size_; }
 
-  /// Staging half `h` (0 or 1) of rank `r`, `half_bytes()` long.
-  uint8_t* staging(int r, int h) const { return bases_[r] + kStagingOffset + h * half_; }
-  size_t half_bytes() const { return half_; }
-  /// Pipelining chunk in bytes (<= half_bytes()).
+  /// Staging buffer `b` (0 .. kBuffers-1) of rank `r`, `buf_bytes()` long.
+  uint8_t* staging(int r, int b) const { return bases_[r] + kStagingOffset + b * buf_; }
+  size_t buf_bytes() const { return buf_; }
+  /// Pipelining chunk in bytes (<= buf_bytes()).
   size_t chunk_bytes() const { return chunk_; }
   /// Payload of small slot `p` of rank `r`.
   uint8_t* small_payload(int r, int p) const { return slot(r, p)->payload; }
 
-  /// The staging half the next chunked step uses (alternates), after waiting until no peer
-  /// still reads it. `what` names the operation for a timeout.
-  int acquire_half(const char* what);
-  /// Marks half `h` as read by peers in the phase just posted (free again after the next).
-  void release_half(int h) { half_release_[h] = phase_ + 1; }
+  /// The staging buffer the next chunked step uses (they rotate), after waiting until no
+  /// peer still reads it. `what` names the operation for a timeout.
+  int acquire_buf(const char* what);
+  /// Marks buffer `b` as read by peers after the phase just posted (free again once they
+  /// have posted the next).
+  void release_buf(int b) { buf_release_[b] = phase_ + 1; }
 
   /// Small slot for the next small message (alternates), free for writing.
   int acquire_small(const char* what);
@@ -115,14 +120,14 @@ class Team {
   int rank_;
   int size_;
   std::vector<uint8_t*> bases_;
-  size_t half_;
+  size_t buf_;
   size_t chunk_;
   int spin_us_;
   uint64_t phase_ = 0;
   std::vector<uint64_t> known_;  // progress seen from each peer
-  uint64_t half_release_[2] = {0, 0};
+  uint64_t buf_release_[kBuffers] = {0, 0, 0};
   uint64_t small_release_[2] = {0, 0};
-  int next_half_ = 0;
+  int next_buf_ = 0;
   int next_small_ = 0;
   Deadline dl_ = Deadline::never();
   bool broken_ = false;
