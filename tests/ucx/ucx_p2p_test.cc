@@ -192,6 +192,75 @@ INSTANTIATE_TEST_SUITE_P(Ucx, UcxP2P,
                          ::testing::Values(Lane{"tcp", "tcp"}, Lane{"shm", "shm,self"}),
                          [](const auto& info) { return info.param.name; });
 
+// TPCOMM_UCX_PUT=rma forces ucp_put_nbx + flush + notification (auto keeps it for RDMA
+// lanes): the bytes must land intact over UCX's shared memory, which emulates it.
+TEST(UcxRma, ForcedPutIsCorrect) {
+  if (!transport::has_transport("ucx")) GTEST_SKIP() << "this build has no UCX";
+  RunOptions o;
+  o.env = {{"TPCOMM_UCX_TLS", "shm,self"}, {"TPCOMM_UCX_PUT", "rma"}};
+  auto r = run_ranks(
+      2,
+      [&](RankContext& c) {
+        auto pg = make_world(c, "ucx");
+        int peer = 1 - c.rank;
+        int seed = 0;
+        for (size_t bytes : {size_t(65536 + 8), size_t(300001), size_t(2) << 20}) {
+          std::vector<uint8_t> out(bytes), in(bytes, 0xEE);
+          fill_pattern(out, DType::UInt8, seed * 10 + c.rank);
+          auto rw = pg->irecv(Tensor::of(in), peer, seed);
+          pg->send(Tensor::of(out), peer, seed);
+          rw->wait();
+          ASSERT_EQ(check_pattern(in, DType::UInt8, seed * 10 + peer), -1) << bytes;
+          ++seed;
+        }
+        pg->destroy();
+      },
+      o);
+  EXPECT_RANKS_OK(r);
+}
+
+// A published address that is not a tpcomm UCX address, or names another rank, is refused
+// with a message naming the rank; bad put ranges are InvalidArgument.
+TEST(UcxUnit, BadAddressesAndRanges) {
+  if (!transport::has_transport("ucx")) GTEST_SKIP() << "this build has no UCX";
+  transport::TransportContext ctx;
+  ctx.rank = 0;
+  ctx.world_size = 2;
+  ctx.job_id = "unit";
+  ctx.store = std::make_shared<HashStore>();
+  std::unique_ptr<transport::Transport> t;
+  try {
+    t = transport::create_transport("ucx", ctx);
+  } catch (const NotSupportedError& e) {
+    GTEST_SKIP() << e.what();
+  }
+  std::vector<uint8_t> junk(64, 7);
+  auto now = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  EXPECT_TRUE(contains(error_of<TransportError>([&] { t->connect(1, junk, now); }),
+                       "published by rank 1 is not a tpcomm UCX address"));
+  std::vector<uint8_t> mine = t->address();  // rank 0's address offered as rank 1's
+  EXPECT_TRUE(
+      contains(error_of<TransportError>([&] { t->connect(1, mine, now); }), "belongs to rank 0"));
+  ctx.rank = 1;
+  auto t1 = transport::create_transport("ucx", ctx);
+  auto& ep = t->connect(1, t1->address(), now);
+  std::vector<uint8_t> a(100), b(100);
+  auto ra = t->register_memory(a.data(), a.size(), Device::cpu());
+  auto rb = t1->register_memory(b.data(), b.size(), Device::cpu());
+  EXPECT_TRUE(contains(
+      error_of<InvalidArgument>([&] { (void)ep.put(*ra, 0, rb->remote_key(), 50, 51, 1, 1); }),
+      "outside rank 1's region of 100 bytes"));
+  EXPECT_TRUE(contains(
+      error_of<InvalidArgument>([&] { (void)ep.put(*ra, 90, rb->remote_key(), 0, 11, 1, 1); }),
+      "outside the registered 100 bytes"));
+  std::vector<uint8_t> big(1 << 20);
+  iovec v{big.data(), big.size()};
+  EXPECT_TRUE(contains(error_of<InvalidArgument>([&] {
+                         (void)ep.send({&v, 1});
+                       }),
+                       "exceeds max_message"));
+}
+
 // UCX missing at run time: the transport reports why and "auto" falls back to another.
 TEST(UcxFallback, MissingLibraryFallsBackWithAReason) {
   if (!transport::has_transport("ucx")) GTEST_SKIP() << "this build has no UCX";

@@ -97,8 +97,8 @@ std::string capture(F&& f) {
   return out;
 }
 
-// True when UCX_TLS (as UCX resolved it) names a transport that does RMA without the target's
-// CPU: anything but tcp, sockcm and self (and "all" / "^..." lists, which include shm).
+// True when UCX_TLS (as UCX resolved it) may name an RDMA transport, whose RMA tpcomm uses
+// (ucp_put_nbx): anything but tcp and the shared-memory ones ("all" and "^..." lists may).
 bool tls_may_be_native(const std::string& config_text, std::string* tls_out) {
   auto pos = config_text.find("UCX_TLS=");
   if (pos == std::string::npos) return true;
@@ -111,7 +111,16 @@ bool tls_may_be_native(const std::string& config_text, std::string* tls_out) {
     size_t j = tls.find(',', i);
     if (j == std::string::npos) j = tls.size();
     std::string t = tls.substr(i, j - i);
-    if (!t.empty() && t != "tcp" && t != "sockcm" && t != "self" && t != "\\tcp") return true;
+    if (t.empty()) {
+      i = j + 1;
+      continue;
+    }
+    if (t[0] == '\\') t.erase(0, 1);
+    bool host_only = false;
+    for (const char* h :
+         {"tcp", "sockcm", "self", "shm", "sm", "mm", "posix", "sysv", "cma", "knem", "xpmem"})
+      if (t == h) host_only = true;
+    if (!host_only) return true;
     i = j + 1;
   }
   return false;
@@ -420,9 +429,14 @@ transport::Endpoint& UcxTransport::connect(int peer, std::span<const uint8_t> a,
   ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
   ep.err_handler.cb = ep_error_cb;
   ep.err_handler.arg = e.get();
+  bool local = host == host_hash_ && pidns == pidns_ && pidns != 0 && pid != 0;
+  // Once UCX refused peer-failure mode towards a local peer, the others are alike: skip the
+  // attempt (and UCX's error print).
+  if (local && no_peer_mode_local_) ep.err_mode = UCP_ERR_HANDLING_MODE_NONE;
   ucs_status_t st = u_.ucp_ep_create(worker_, &ep, &e->ep_);
-  bool peer_mode = true;
-  if (st == UCS_ERR_UNREACHABLE) {
+  bool peer_mode = ep.err_mode == UCP_ERR_HANDLING_MODE_PEER;
+  if (st == UCS_ERR_UNREACHABLE && peer_mode) {
+    if (local) no_peer_mode_local_ = true;
     // UCX 1.13's shared-memory transports have no peer-failure support: connect without it
     // and watch the peer's process instead (same host and pid namespace).
     ep.err_mode = UCP_ERR_HANDLING_MODE_NONE;
@@ -430,7 +444,7 @@ transport::Endpoint& UcxTransport::connect(int peer, std::span<const uint8_t> a,
     peer_mode = false;
   }
   if (!peer_mode && st == UCS_OK) {
-    if (host == host_hash_ && pidns == pidns_ && pidns != 0 && pid != 0) {
+    if (local) {
       e->pid_ = static_cast<int>(pid);
 #ifdef SYS_pidfd_open
       e->pidfd_ = static_cast<int>(syscall(SYS_pidfd_open, e->pid_, 0));
@@ -445,13 +459,17 @@ transport::Endpoint& UcxTransport::connect(int peer, std::span<const uint8_t> a,
     throw TransportError("ucx transport: ucp_ep_create to rank " + std::to_string(peer) +
                          " failed: " + status_text(u_, st) +
                          " (no common UCX transport? check UCX_TLS/TPCOMM_UCX_TLS on both)");
-  // UCX prints an RMA ("put[...]") protocol line only when a transport lane does RMA itself;
-  // otherwise put would be emulated over active messages (UCX's tcp), slower than a tagged
-  // message, which UCX moves by zero-copy rendezvous.
+  // Which put is native here. UCX prints an RMA ("put[...]") protocol line only when a
+  // transport lane does RMA itself; without one (UCX's tcp) put is emulated over active
+  // messages. Shared-memory lanes (posix, sysv) put only into memory UCX allocated itself;
+  // into user buffers registered with ucp_mem_map UCX falls back to that emulation too
+  // (measured: 0.1-0.6 GB/s against 4-5 GB/s for a tagged message, docs/transport.md). So
+  // auto uses ucp_put_nbx only over RDMA lanes (rc, dc, ud, gga), and tagged messages,
+  // which UCX moves by zero-copy rendezvous (cma, RDMA read or tcp zcopy), elsewhere.
   std::string info = capture([&](FILE* f) { u_.ucp_ep_print_info(e->ep_, f); });
   bool rma_lane = info.find("put[") != std::string::npos;
-  e->rma_ = opt_.put == PutMode::Rma || (opt_.put == PutMode::Auto && rma_lane);
   std::string lanes;
+  bool rdma = false;
   for (size_t pos = info.find("lane["); pos != std::string::npos;
        pos = info.find("lane[", pos + 1)) {
     size_t colon = info.find(':', pos), end = info.find("md[", pos);
@@ -459,12 +477,17 @@ transport::Endpoint& UcxTransport::connect(int peer, std::span<const uint8_t> a,
     std::string l = info.substr(colon + 1, end - colon - 1);
     while (!l.empty() && l.back() == ' ') l.pop_back();
     while (!l.empty() && l.front() == ' ') l.erase(0, 1);
+    for (const char* t : {"rc_", "dc_", "ud_", "rc/", "dc/", "ud/", "gga"})
+      if (l.find(t) != std::string::npos) rdma = true;
     lanes += (lanes.empty() ? "" : ",") + l;
   }
+  e->rma_ = opt_.put == PutMode::Rma || (opt_.put == PutMode::Auto && rma_lane && rdma);
   e->info_ = lanes;
   TPLOG(INFO, UCX) << "rank " << ctx_.rank << ": endpoint to rank " << peer << " over " << lanes
                    << "; put " << (e->rma_ ? "by ucp_put_nbx" : "as tagged messages")
-                   << (rma_lane ? " (UCX has an RMA lane)" : " (UCX would emulate RMA)")
+                   << (!rma_lane ? " (UCX would emulate RMA)"
+                       : rdma    ? " (RDMA lane)"
+                                 : " (UCX's shared-memory RMA reaches only its own memory)")
                    << (peer_mode ? "; failures from UCX" : "; failures by watching pid ")
                    << (peer_mode ? "" : std::to_string(e->pid_));
   return *eps_.emplace(peer, std::move(e)).first->second;
