@@ -7,6 +7,7 @@
 #include "tpcomm/error.hpp"
 #include "tpcomm/process_group.hpp"
 #include "tpcomm/rendezvous.hpp"
+#include "topology/probe.h"
 #include "tpcomm/transport/transport.hpp"
 
 namespace tpcomm {
@@ -77,12 +78,29 @@ bool is_initialized() {
 
 std::shared_ptr<ProcessGroup> default_group() { return resolve(nullptr, "default_group"); }
 
+namespace {
+
+// Built into this library and usable on this machine (libucp loadable; an RDMA device
+// listed), probed once per process.
+bool usable_here(const std::string& name) {
+  static const std::vector<topo::TransportProbe> probes = topo::probe_transports();
+  if (!transport::has_transport(name)) return false;
+  for (const topo::TransportProbe& p : probes)
+    if (p.name == name) return p.built && p.usable;
+  return true;  // a transport the probes do not know: being built in is all we can say
+}
+
+}  // namespace
+
+// Honest about this build and this machine: process groups always work (shm and tcp are
+// always built); 'gloo' is accepted as the name torch code uses for CPU tensors; there is no
+// MPI; NCCL only when a transport of that name is built in.
 bool is_available() { return true; }
 bool is_nccl_available() { return transport::has_transport("nccl"); }
 bool is_gloo_available() { return true; }
 bool is_mpi_available() { return false; }
-bool is_ucx_available() { return transport::has_transport("ucx"); }
-bool is_ibverbs_available() { return transport::has_transport("ibverbs"); }
+bool is_ucx_available() { return usable_here("ucx"); }
+bool is_ibverbs_available() { return usable_here("ibverbs"); }
 
 int get_rank(const std::shared_ptr<ProcessGroup>& group) {
   return resolve(group, "get_rank")->rank();
