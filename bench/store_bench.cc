@@ -240,13 +240,24 @@ void bm_barrier(benchmark::State& state) {
       state.SkipWithError("a barrier client failed");
       break;
     }
-    std::vector<double> us;
+    std::vector<double> us, spread, release;
+    auto us_between = [](Clock::time_point a, Clock::time_point b) {
+      return std::chrono::duration<double, std::micro>(b - a).count();
+    };
     for (int r = 1; r < rounds; ++r) {
-      auto first = *std::min_element(t_in[r].begin(), t_in[r].end());
-      auto last = *std::max_element(t_out[r].begin(), t_out[r].end());
-      us.push_back(std::chrono::duration<double, std::micro>(last - first).count());
+      auto [first, last_in] = std::minmax_element(t_in[r].begin(), t_in[r].end());
+      auto [first_out, last] = std::minmax_element(t_out[r].begin(), t_out[r].end());
+      us.push_back(us_between(*first, *last));
+      spread.push_back(us_between(*first, *last_in));
+      release.push_back(us_between(*first_out, *last));
     }
     std::sort(us.begin(), us.end());
+    std::sort(spread.begin(), spread.end());
+    std::sort(release.begin(), release.end());
+    // Medians of: how long this harness takes to let its own threads into a round (part of
+    // the measured time, not the store's), and from the first client released to the last.
+    state.counters["arrival_spread_us"] = spread[spread.size() / 2];
+    state.counters["release_spread_us"] = release[release.size() / 2];
     double median = us[us.size() / 2];
     double p90 = us[std::min(us.size() - 1, static_cast<size_t>(0.9 * us.size()))];
     state.SetIterationTime(median * 1e-6);

@@ -17,12 +17,12 @@ std::optional<int64_t> parse_counter(const Bytes& value) {
 
 Bytes encode_counter(int64_t v) { return to_bytes(std::to_string(v)); }
 
-int64_t apply_add(const std::string& key, const Bytes* current, int64_t delta) {
+int64_t apply_add(std::string_view key, const Bytes* current, int64_t delta) {
   int64_t base = 0;
   if (current) {
     auto v = parse_counter(*current);
     if (!v) {
-      throw StoreError("add('" + key + "') failed: the key holds " +
+      throw StoreError("add('" + std::string(key) + "') failed: the key holds " +
                        std::to_string(current->size()) +
                        " bytes that are not a decimal integer; add() only works on counters "
                        "(use another key, or delete_key() it first)");
@@ -31,8 +31,8 @@ int64_t apply_add(const std::string& key, const Bytes* current, int64_t delta) {
   }
   int64_t out;
   if (__builtin_add_overflow(base, delta, &out)) {
-    throw StoreError("add('" + key + "', " + std::to_string(delta) + ") overflows int64 (value " +
-                     std::to_string(base) + ")");
+    throw StoreError("add('" + std::string(key) + "', " + std::to_string(delta) +
+                     ") overflows int64 (value " + std::to_string(base) + ")");
   }
   return out;
 }

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tpcomm/store.hpp"
@@ -19,7 +20,7 @@ Bytes encode_counter(int64_t v);
 
 /// Applies add(): returns the new value or throws StoreError naming the key when the
 /// existing value is not an integer. `current` is nullptr when the key is absent.
-int64_t apply_add(const std::string& key, const Bytes* current, int64_t delta);
+int64_t apply_add(std::string_view key, const Bytes* current, int64_t delta);
 
 /// compare_set semantics shared by every store. `current` is nullptr when absent. Returns
 /// (value to store or nullopt for no change, value to return).

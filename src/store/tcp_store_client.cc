@@ -66,7 +66,9 @@ constexpr size_t kMaxAbandoned = 64;
 
 TCPStoreClient::TCPStoreClient(const std::string& host, uint16_t port, const std::string& job_id,
                                std::chrono::milliseconds timeout, bool master_self)
-    : addr_(net::join_host_port(host, port)), job_id_(resolve_store_job_id(job_id)) {
+    : addr_(net::join_host_port(host, port)),
+      peer_name_("TCPStore " + addr_),
+      job_id_(resolve_store_job_id(job_id)) {
   spin_ = store_spin_from_registry();
   reply_limits_.max_key = 1u << 20;
   reply_limits_.max_value = uint64_t{1} << 40;
@@ -214,7 +216,7 @@ void TCPStoreClient::check_frame(const char* op) const {
 
 void TCPStoreClient::send_request(Deadline deadline, const What& what) {
   try {
-    net::write_all(fd_.get(), wbuf_.data(), wbuf_.size(), deadline, "TCPStore " + addr_);
+    net::write_all(fd_.get(), wbuf_.data(), wbuf_.size(), deadline, peer_name_);
   } catch (const TimeoutError& e) {
     // Part of a frame may be out: the stream can no longer be trusted.
     broken_ = std::string(e.what()) + " during " + what.str();

@@ -92,6 +92,7 @@ class TCPStoreClient {
 
   std::mutex mu_;
   std::string addr_;
+  std::string peer_name_;  // "TCPStore host:port" for socket-level messages
   std::string job_id_;
   net::Fd fd_;
   uint32_t next_id_ = 1;

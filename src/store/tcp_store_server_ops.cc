@@ -69,15 +69,19 @@ void TCPStoreServer::Impl::handle_frame(Conn& c, const Header& h, const uint8_t*
       auto it = data.find(r.key);
       int64_t v;
       try {
-        v = store_util::apply_add(std::string(r.key), it == data.end() ? nullptr : &it->second,
-                                  r.delta);
+        v = store_util::apply_add(r.key, it == data.end() ? nullptr : &it->second, r.delta);
       } catch (const StoreError& e) {
         reply_error(c, r.id, ErrorCode::kNotCounter, e.what());
         return;
       }
       char digits[24];
       int n = std::snprintf(digits, sizeof(digits), "%lld", static_cast<long long>(v));
-      put_value(r.key, std::span<const uint8_t>(reinterpret_cast<uint8_t*>(digits), n));
+      std::span<const uint8_t> text(reinterpret_cast<uint8_t*>(digits), static_cast<size_t>(n));
+      if (it != data.end()) {
+        it->second.assign(text.begin(), text.end());  // no second lookup, no allocation
+      } else {
+        put_value(r.key, text);
+      }
       w.begin(Op::kInt, r.id);
       w.i64(v);
       w.end();
