@@ -121,10 +121,16 @@ TEST(Tpinfo, FilesWithCommentsLoadWithoutHwlocsLibxmlPlugin) {
   }
 }
 
-TEST(Tpinfo, ErrorsAndTheLinksStub) {
-  Result links = tpinfo("--links");
-  EXPECT_EQ(links.status, 2);
-  EXPECT_TRUE(has(links.out, "--links is not available yet")) << links.out;
+TEST(Tpinfo, ErrorsOfTheCommandLineAndOfLinksOutsideALauncher) {
+  // --links outside a launcher: the rendezvous says what is missing (links_test.cc runs it
+  // under a job).
+  Result links = tpinfo("--links", "env -u MASTER_ADDR -u MASTER_PORT -u RANK -u WORLD_SIZE");
+  EXPECT_EQ(links.status, 1);
+  EXPECT_TRUE(has(links.out, "env:// needs MASTER_ADDR")) << links.out;
+  Result bad_timeout = tpinfo("--links --timeout soon");
+  EXPECT_EQ(bad_timeout.status, 2);
+  EXPECT_TRUE(has(bad_timeout.out, "--timeout needs a positive number, got 'soon'"))
+      << bad_timeout.out;
   Result unknown = tpinfo("--frobnicate");
   EXPECT_EQ(unknown.status, 2);
   EXPECT_TRUE(has(unknown.out, "unknown argument '--frobnicate'")) << unknown.out;
