@@ -121,14 +121,14 @@ constexpr Param kParams[] = {
    "stores: no read-for-ownership of the output (about 1.5x the bandwidth out of cache), but "
    "the result leaves the caches. The default stays above pipelined chunk sizes "
    "(TPCOMM_BUFFSIZE); 0 never streams.", "collectives"},
-  {"TPCOMM_SHM_COLL_BYTES", T::Size, "4M", "",
+  {"TPCOMM_SHM_COLL_BYTES", T::Size, "8M", "",
    "Shared staging region of each rank for the intra-host direct-read collectives "
-   "(shm_direct): two halves used alternately; larger tensors are pipelined through it in "
+   "(shm_direct): three buffers used in turn; larger tensors are pipelined through them in "
    "chunks.", "collectives"},
-  {"TPCOMM_SHM_COLL_CHUNK", T::Size, "512K", "",
-   "Pipelining chunk of the shm_direct collectives (capped at half of TPCOMM_SHM_COLL_BYTES); "
-   "small enough to stay in the caches between the copy in and the peers' reads.",
-   "collectives"},
+  {"TPCOMM_SHM_COLL_CHUNK", T::Size, "2M", "",
+   "Largest pipelining chunk of the shm_direct collectives (capped at a third of "
+   "TPCOMM_SHM_COLL_BYTES; medium tensors use smaller chunks, about 8 per tensor); small "
+   "enough to stay in the caches between the copy in and the peers' reads.", "collectives"},
   {"TPCOMM_SHM_COLL_SPIN_US", T::Int, "100", "0..10000000",
    "shm_direct waits: microseconds of busy polling before yielding (2 ms), then sleeping on a "
    "futex (cut to 2 us when the host's ranks outnumber its cores).", "collectives"},

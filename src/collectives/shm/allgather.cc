@@ -28,7 +28,7 @@ void allgather_shm(Team& t, const void* in_v, void* out_v, size_t m) {
     }
     return;
   }
-  const size_t chunk = t.chunk_bytes();
+  const size_t chunk = t.chunk_for(m);
   for (size_t off = 0; off < m; off += chunk) {
     const size_t c = std::min(chunk, m - off);
     const int h = t.acquire_buf(kOp);

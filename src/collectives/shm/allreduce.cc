@@ -48,7 +48,7 @@ void chunked(Team& t, const void* in_v, void* out_v, size_t count, const Reducer
   const bool stream = stream_results(count * es);
   const auto* in = static_cast<const uint8_t*>(in_v);
   auto* out = static_cast<uint8_t*>(out_v);
-  const size_t chunk = std::max<size_t>(1, t.chunk_bytes() / es);
+  const size_t chunk = std::max<size_t>(1, t.chunk_for(count * es) / es);
   const size_t chunks = (count + chunk - 1) / chunk;
   auto len = [&](size_t k) { return std::min(chunk, count - k * chunk); };
   // Copies in the parts of chunk k the peers reduce (PREMUL_SUM: everything, scaled).

@@ -27,7 +27,7 @@ void broadcast_shm(Team& t, void* data_v, const void* src_v, size_t bytes, int r
     }
     return;
   }
-  const size_t chunk = t.chunk_bytes();
+  const size_t chunk = t.chunk_for(bytes);
   for (size_t off = 0; off < bytes; off += chunk) {
     const size_t c = std::min(chunk, bytes - off);
     const int h = t.acquire_buf(kOp);

@@ -31,7 +31,7 @@ void reduce_shm(Team& t, const void* in_v, void* out_v, size_t count, int root,
   const bool stream = stream_results(count * es);
   const auto* in = static_cast<const uint8_t*>(in_v);
   auto* out = static_cast<uint8_t*>(out_v);
-  const size_t chunk = std::max<size_t>(1, t.chunk_bytes() / es);
+  const size_t chunk = std::max<size_t>(1, t.chunk_for(count * es) / es);
   for (size_t off = 0; off < count; off += chunk) {
     const size_t c = std::min(chunk, count - off);
     const Block mine = block_of(c, n, me);

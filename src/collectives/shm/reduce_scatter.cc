@@ -20,7 +20,7 @@ void reduce_scatter_shm(Team& t, const void* in_v, void* out_v, size_t m, const 
   const size_t un = static_cast<size_t>(n);
   // Staging holds n pieces of `chunk` elements, piece j from block j.
   const bool small = m * un * es <= kSmallBytes;
-  const size_t chunk = small ? m : std::max<size_t>(1, t.chunk_bytes() / es / un);
+  const size_t chunk = small ? m : std::max<size_t>(1, t.chunk_for(m * un * es) / es / un);
   for (size_t off = 0; off < m; off += chunk) {
     const size_t c = std::min(chunk, m - off);
     int slot = -1, h = -1;

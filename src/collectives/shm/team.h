@@ -10,6 +10,7 @@
 // each peer, so the common case costs no extra read.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -72,6 +73,13 @@ class Team {
   size_t buf_bytes() const { return buf_; }
   /// Pipelining chunk in bytes (<= buf_bytes()).
   size_t chunk_bytes() const { return chunk_; }
+  /// The chunk for a transfer of `total` bytes: chunk_bytes(), but smaller for medium sizes
+  /// so that they still pipeline over about 8 chunks (never below 256 KiB). Every rank
+  /// computes the same value.
+  size_t chunk_for(size_t total) const {
+    const size_t want = std::max<size_t>(size_t{256} << 10, total / 8 / 64 * 64);
+    return std::min(chunk_, want);
+  }
   /// Payload of small slot `p` of rank `r`.
   uint8_t* small_payload(int r, int p) const { return slot(r, p)->payload; }
 
