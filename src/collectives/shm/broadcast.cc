@@ -16,8 +16,9 @@ void broadcast_shm(Team& t, void* data_v, const void* src_v, size_t bytes, int r
   auto* data = static_cast<uint8_t*>(data_v);
   const auto* src = static_cast<const uint8_t*>(src_v);
   const bool stream = stream_results(bytes);
-  if (is_root && src != data) copy_out(data, src, bytes, stream);
+  const bool root_copies = is_root && src != data;  // out of place on the root
   if (bytes <= kSmallBytes) {
+    if (root_copies) std::memcpy(data, src, bytes);
     const int p = t.acquire_small(kOp);
     if (is_root) std::memcpy(t.small_payload(root, p), src, bytes);
     const uint64_t v = t.post_small(p);
@@ -37,6 +38,8 @@ void broadcast_shm(Team& t, void* data_v, const void* src_v, size_t bytes, int r
     if (!is_root) {
       t.wait_peer(root, v, kOp);
       copy_out(data + off, t.staging(root, h), c, stream);
+    } else if (root_copies) {
+      copy_out(data + off, t.staging(root, h), c, stream);  // from the cache, not the input
     }
   }
 }
