@@ -6,7 +6,7 @@
 //
 //   tpcomm-shm allreduce 268435456 41234.5 6.51 6.51
 //
-// Usage: shm_coll_bench [--ranks 2] [--ops allreduce,broadcast,allgather]
+// Usage: shm_coll_bench [--ranks 2] [--ops allreduce,broadcast,allgather,barrier]
 //                       [--sizes 8,128K,256M] [--quick] [--no-pin]
 // TPCOMM_SHM_COLL_BYTES / _CHUNK / _SPIN_US in the environment tune the algorithm.
 #include <dirent.h>
@@ -152,6 +152,9 @@ int run_rank(const Opts& o, int rank, const std::string& dir) {
             }
           }
         };
+      } else if (op == "barrier") {
+        fn = [&hc, dl] { hc->barrier(dl); };
+        verify = [] {};
       } else {
         std::fprintf(stderr, "unknown op %s\n", op.c_str());
         return 2;

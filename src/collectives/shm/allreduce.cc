@@ -18,14 +18,54 @@ constexpr const char* kOp = "all_reduce";
 // Up to this size one rank reducing the whole vector beats two steps.
 constexpr size_t kDirectMax = 64 * 1024;
 
+// Sums a few elements of every rank's slot in rank order, as the kernels would (one
+// rounding per addition in the element type; integers wrap): a kernel call costs more than
+// the arithmetic of a latency-bound message.
+template <class T, class Acc = T>
+void tiny_sum(Team& t, int p, void* out, size_t count) {
+  for (size_t i = 0; i < count; ++i) {
+    T x;
+    std::memcpy(&x, t.small_payload(0, p) + i * sizeof(T), sizeof(T));
+    Acc acc = static_cast<Acc>(x);
+    for (int r = 1; r < t.size(); ++r) {
+      std::memcpy(&x, t.small_payload(r, p) + i * sizeof(T), sizeof(T));
+      acc = static_cast<Acc>(acc + static_cast<Acc>(x));
+    }
+    x = static_cast<T>(acc);
+    std::memcpy(static_cast<uint8_t*>(out) + i * sizeof(T), &x, sizeof(T));
+  }
+}
+
+bool tiny(Team& t, int p, void* out, size_t count, const Reducer& red) {
+  if (count > 8 || (red.op() != ReduceOp::SUM && red.op() != ReduceOp::AVG)) return false;
+  switch (red.dtype()) {
+    case DType::Float32:
+      tiny_sum<float>(t, p, out, count);
+      return true;
+    case DType::Float64:
+      tiny_sum<double>(t, p, out, count);
+      return true;
+    case DType::Int32:
+      tiny_sum<int32_t, uint32_t>(t, p, out, count);
+      return true;
+    case DType::Int64:
+      tiny_sum<int64_t, uint64_t>(t, p, out, count);
+      return true;
+    default:
+      return false;
+  }
+}
+
 void small(Team& t, const void* in, void* out, size_t count, const Reducer& red) {
   const int n = t.size();
   const int p = t.acquire_small(kOp);
   red.load(t.small_payload(t.rank(), p), in, count);
   const uint64_t v = t.post_small(p);
   t.wait_small_all(p, v, kOp);
-  red.merge(out, t.small_payload(0, p), t.small_payload(1, p), count);
-  for (int r = 2; r < n; ++r) red.merge(out, out, t.small_payload(r, p), count);
+  if (!tiny(t, p, out, count, red)) {
+    red.merge(out, t.small_payload(0, p), t.small_payload(1, p), count);
+    for (int r = 2; r < n; ++r) red.merge(out, out, t.small_payload(r, p), count);
+  }
   red.finish(out, count, n);
 }
 
