@@ -263,6 +263,23 @@ ssize_t TCPStoreClient::receive(Deadline deadline) {
       g_spinners.fetch_sub(1, std::memory_order_relaxed);
     }
   }
+  if (local_) {
+    // On a Unix socket, sleep in poll(), then read. A thread asleep in recv() there is woken
+    // each time the server reads our request (the kernel signals write space to every
+    // sleeper on the socket), which costs a context switch for nothing; poll() filters the
+    // wake-ups by event.
+    while (true) {
+      pollfd p{fd_.get(), POLLIN, 0};
+      int rc = ::poll(&p, 1, deadline.poll_timeout_ms());
+      if (rc < 0 && errno != EINTR) lost();
+      if (rc > 0) {
+        ssize_t n = ::recv(fd_.get(), buf, space, MSG_DONTWAIT);
+        if (n >= 0) return n;
+        if (errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK) lost();
+      }
+      if (!deadline.is_never() && deadline.expired()) return -1;
+    }
+  }
   // Sleep in a blocking recv (one system call, no poll); SO_RCVTIMEO slices of at most 1 s
   // keep the deadline.
   constexpr int64_t kSliceUs = 1000000;
