@@ -102,6 +102,13 @@ constexpr Param kParams[] = {
   {"TPCOMM_WAIT_YIELD_US", T::Int, "2000", "0..10000000",
    "Adaptive wait: microseconds a waiting thread polls with sched_yield() after spinning, "
    "before it sleeps until the progress thread wakes it.", "p2p"},
+  {"TPCOMM_HEARTBEAT_INTERVAL", T::Duration, "1s", "",
+   "Dead-peer detection: how often the engine sends a small heartbeat on each connected link "
+   "(from the progress thread, never on the data path); 0 turns heartbeats off.", "p2p"},
+  {"TPCOMM_HEARTBEAT_TIMEOUT", T::Duration, "10s", "",
+   "A connected peer that sends nothing, not even a heartbeat, for this long (stopped, hung, "
+   "or cut off) is declared lost: its pending and later operations fail naming its rank and "
+   "host. Needs TPCOMM_HEARTBEAT_INTERVAL > 0.", "p2p"},
 
   // ---- collectives ----
   {"TPCOMM_ALGO", T::String, "", "",
@@ -129,9 +136,11 @@ constexpr Param kParams[] = {
    "Largest pipelining chunk of the shm_direct collectives (capped at a third of "
    "TPCOMM_SHM_COLL_BYTES; medium tensors use smaller chunks, about 8 per tensor); small "
    "enough to stay in the caches between the copy in and the peers' reads.", "collectives"},
-  {"TPCOMM_SHM_COLL_SPIN_US", T::Int, "100", "0..10000000",
-   "shm_direct waits: microseconds of busy polling before yielding (2 ms), then sleeping on a "
-   "futex (cut to 2 us when the host's ranks outnumber its cores).", "collectives"},
+  {"TPCOMM_SHM_COLL_SPIN_US", T::Int, "10", "0..10000000",
+   "shm_direct waits: microseconds of busy polling before polling with sched_yield (2 ms), "
+   "then sleeping on a futex (cut to 2 us when the host's ranks outnumber its cores). Short: "
+   "a yield returns at once on an idle core, and lets a descheduled peer run on a busy one.",
+   "collectives"},
 
   // ---- variables owned by others, read through the registry ----
   {"GROUP_RANK", T::Int, "", "0..", "Node rank, set by tprun for workers.", "launch", true},
