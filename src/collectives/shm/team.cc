@@ -43,9 +43,6 @@ int online_cpus() {
 // TPCOMM_WAIT_YIELD_US default): a peer that is merely slower is met without a wake-up.
 constexpr int kYieldUs = 2000;
 
-// Asks for the line in exclusive state (PREFETCHW; a no-op on CPUs without it).
-void prefetch_for_write(const void* p) { asm volatile("prefetchw (%0)" : : "r"(p)); }
-
 }  // namespace
 
 Team::Team(int rank, int size, std::vector<uint8_t*> bases, size_t staging_bytes,
@@ -180,9 +177,6 @@ void Team::wait_small_all(int p, uint64_t v, const char* what) {
       timeout(missing, v, what);
     }
   }
-  // Every peer has read our other slot (it posted after reading): take it for writing now,
-  // off the critical path of the next small message.
-  prefetch_for_write(slot(rank_, next_small_));
 }
 
 int Team::acquire_buf(const char* what) {
