@@ -14,50 +14,11 @@
 
 #include "core/log.h"
 #include "tpcomm/error.hpp"
+#include "transports/ucx/ucx_internal.h"
 
 namespace tpcomm::ucx {
 
 using transport::PostStatus;
-
-// Tags: bit 63 set = a message into the pre-posted pool (kind in bits 62..60); bit 63 clear =
-// the data of a tag-mode put (put id in bits 59..32). Bits 31..0: the sender's rank.
-constexpr uint64_t kPoolBit = 1ull << 63;
-constexpr uint64_t kKindMsg = 0, kKindPutHdr = 1, kKindNotify = 2;
-constexpr uint32_t kAddrMagic = 0x58555054;  // "TPUX"
-constexpr uint16_t kAddrVersion = 1;
-// Address header: magic u32, version u16, pad u16, rank i32, pid u32, job hash u64, host hash
-// u64, pid namespace inode u64; then the UCP worker address.
-constexpr size_t kAddrHeader = 40;
-constexpr size_t kPutHdrSize = 24;
-constexpr size_t kMaxLive = 16384;           // outstanding requests before NoResource
-constexpr size_t kMaxBuffered = 256u << 20;  // bytes copied for pending sends
-
-uint64_t pool_tag(uint64_t kind, int rank) {
-  return kPoolBit | (kind << 60) | static_cast<uint32_t>(rank);
-}
-uint64_t data_tag(uint32_t id, int rank) {
-  return (static_cast<uint64_t>(id & 0x0fffffffu) << 32) | static_cast<uint32_t>(rank);
-}
-
-/// Our side of one UCX request; UCX callbacks only mark it done and queue it, progress()
-/// reports it.
-struct Req {
-  enum Kind : uint8_t { Pool, Msg, PutHdr, PutData, Flush, Notify, DataRecv } kind = Msg;
-  UcxTransport* t = nullptr;
-  void* ucx = nullptr;  // the UCX request, freed when reported
-  ucs_status_t status = UCS_OK;
-  ucp_tag_recv_info_t info{};
-  int peer = -1;
-  int index = -1;  // Pool: buffer index
-  bool has_cookie = false;
-  uint64_t cookie = 0;
-  uint32_t imm = 0;
-  uintptr_t addr = 0;  // DataRecv: destination
-  size_t expect = 0;   // DataRecv: length
-  std::vector<uint8_t> buf;
-};
-
-namespace {
 
 void send_cb(void* /*request*/, ucs_status_t status, void* user) {
   Req* r = static_cast<Req*>(user);
@@ -71,6 +32,8 @@ void recv_cb(void* /*request*/, ucs_status_t status, const ucp_tag_recv_info_t* 
   if (info != nullptr) r->info = *info;
   r->t->push_completed(r);
 }
+
+namespace {
 
 void ep_error_cb(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
   auto* e = static_cast<UcxEndpoint*>(arg);
@@ -430,13 +393,13 @@ transport::Endpoint& UcxTransport::connect(int peer, std::span<const uint8_t> a,
   ep.err_handler.cb = ep_error_cb;
   ep.err_handler.arg = e.get();
   bool local = host == host_hash_ && pidns == pidns_ && pidns != 0 && pid != 0;
-  // Once UCX refused peer-failure mode towards a local peer, the others are alike: skip the
-  // attempt (and UCX's error print).
-  if (local && no_peer_mode_local_) ep.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+  // A peer on this host (same pid namespace) is watched through its process, which also
+  // covers UCX's shared-memory lanes: UCX 1.13 has no peer-failure support there and refuses
+  // (and prints to stdout about) UCP_ERR_HANDLING_MODE_PEER. Remote peers use UCX's.
+  if (local) ep.err_mode = UCP_ERR_HANDLING_MODE_NONE;
   ucs_status_t st = u_.ucp_ep_create(worker_, &ep, &e->ep_);
   bool peer_mode = ep.err_mode == UCP_ERR_HANDLING_MODE_PEER;
   if (st == UCS_ERR_UNREACHABLE && peer_mode) {
-    if (local) no_peer_mode_local_ = true;
     // UCX 1.13's shared-memory transports have no peer-failure support: connect without it
     // and watch the peer's process instead (same host and pid namespace).
     ep.err_mode = UCP_ERR_HANDLING_MODE_NONE;
@@ -491,181 +454,6 @@ transport::Endpoint& UcxTransport::connect(int peer, std::span<const uint8_t> a,
                    << (peer_mode ? "; failures from UCX" : "; failures by watching pid ")
                    << (peer_mode ? "" : std::to_string(e->pid_));
   return *eps_.emplace(peer, std::move(e)).first->second;
-}
-
-PostStatus UcxEndpoint::send(std::span<const iovec> iov) {
-  size_t total = 0;
-  for (const iovec& v : iov) total += v.iov_len;
-  if (total > t_.caps_.max_message)
-    throw InvalidArgument("ucx transport: message of " + std::to_string(total) + " bytes to rank " +
-                          std::to_string(peer_) + " exceeds max_message " +
-                          std::to_string(t_.caps_.max_message));
-  return t_.send_tagged(*this, pool_tag(kKindMsg, t_.ctx_.rank), iov, nullptr);
-}
-
-PostStatus UcxEndpoint::put(const transport::MemoryRegion& src, size_t src_offset,
-                            const transport::RemoteKey& dst, size_t dst_offset, size_t length,
-                            uint32_t imm, uint64_t cookie) {
-  if (src_offset > src.length() || length > src.length() - src_offset)
-    throw InvalidArgument("ucx transport: put source range [" + std::to_string(src_offset) + ", +" +
-                          std::to_string(length) + ") outside the registered " +
-                          std::to_string(src.length()) + " bytes");
-  if (dst_offset > dst.length || length > dst.length - dst_offset)
-    throw InvalidArgument("ucx transport: put target range [" + std::to_string(dst_offset) + ", +" +
-                          std::to_string(length) + ") outside rank " + std::to_string(peer_) +
-                          "'s region of " + std::to_string(dst.length) + " bytes");
-  if (failed_) return PostStatus::PeerFailed;
-  if (t_.live_.size() >= kMaxLive) return PostStatus::NoResource;
-  const UcpLib& u = t_.u_;
-  const uint8_t* from = static_cast<const uint8_t*>(src.addr()) + src_offset;
-  uint64_t to = dst.addr + dst_offset;
-  if (rma_ && (length == 0 || dst.blob_size > 0)) {
-    if (length > 0) {
-      std::vector<uint8_t> blob(dst.blob_data, dst.blob_data + dst.blob_size);
-      auto it = rkeys_.find(blob);
-      if (it == rkeys_.end()) {
-        if (rkeys_.size() >= 1024 && rma_in_flight_ == 0) {
-          for (auto& [b, rk] : rkeys_) u.ucp_rkey_destroy(rk);
-          rkeys_.clear();
-        }
-        ucp_rkey_h rk = nullptr;
-        ucs_status_t st = u.ucp_ep_rkey_unpack(ep_, dst.blob_data, &rk);
-        if (st != UCS_OK)
-          throw InvalidArgument("ucx transport: the remote key from rank " + std::to_string(peer_) +
-                                " was refused: " + status_text(u, st));
-        it = rkeys_.emplace(std::move(blob), rk).first;
-      }
-      ucp_request_param_t prm{};
-      void* req = u.ucp_put_nbx(ep_, from, length, to, it->second, &prm);
-      if (UCS_PTR_IS_ERR(req)) {
-        t_.on_ep_error(*this, UCS_PTR_STATUS(req));
-        return PostStatus::PeerFailed;
-      }
-      if (req != nullptr) u.ucp_request_free(req);  // released by UCX when done
-    }
-    // The notification goes once the put is complete at the target (flush), so the bytes
-    // are visible when on_put_arrived runs there.
-    Req* r = t_.new_req();
-    r->kind = Req::Flush;
-    r->peer = peer_;
-    r->imm = imm;
-    r->cookie = cookie;
-    r->has_cookie = true;
-    ++rma_in_flight_;
-    ucp_request_param_t prm{};
-    prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-    prm.cb.send = send_cb;
-    prm.user_data = r;
-    void* req = u.ucp_ep_flush_nbx(ep_, &prm);
-    if (UCS_PTR_IS_ERR(req)) {
-      --rma_in_flight_;
-      t_.release(r);
-      t_.on_ep_error(*this, UCS_PTR_STATUS(req));
-      return PostStatus::PeerFailed;
-    }
-    if (req == nullptr)
-      t_.completed_.push_back(r);
-    else
-      r->ucx = req;
-    return PostStatus::Ok;
-  }
-  // Tag mode: a header into the peer's pool, then the data as one tagged message that the
-  // peer receives directly into the region (UCX rendezvous: zero-copy on both sides).
-  uint32_t id = t_.next_put_id_++ & 0x0fffffffu;
-  if (id == 0) id = t_.next_put_id_++ & 0x0fffffffu;
-  uint8_t hdr[kPutHdrSize];
-  uint64_t len64 = length;
-  std::memcpy(hdr, &to, 8);
-  std::memcpy(hdr + 8, &len64, 8);
-  std::memcpy(hdr + 16, &imm, 4);
-  std::memcpy(hdr + 20, &id, 4);
-  iovec v{hdr, sizeof hdr};
-  Req* hr = nullptr;
-  if (length == 0) {
-    hr = t_.new_req();
-    hr->kind = Req::PutHdr;
-    hr->cookie = cookie;
-    hr->has_cookie = true;
-  }
-  PostStatus ps = t_.send_tagged(*this, pool_tag(kKindPutHdr, t_.ctx_.rank), {&v, 1}, hr);
-  if (ps != PostStatus::Ok || length == 0) return ps;
-  Req* r = t_.new_req();
-  r->kind = Req::PutData;
-  r->peer = peer_;
-  r->cookie = cookie;
-  r->has_cookie = true;
-  ucp_request_param_t prm{};
-  prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-  prm.cb.send = send_cb;
-  prm.user_data = r;
-  void* req = u.ucp_tag_send_nbx(ep_, from, length, data_tag(id, t_.ctx_.rank), &prm);
-  if (UCS_PTR_IS_ERR(req)) {
-    // The header went out: the peer learns of the failure through the broken endpoint.
-    r->status = UCS_PTR_STATUS(req);
-    t_.on_ep_error(*this, r->status);
-  }
-  if (req == nullptr || UCS_PTR_IS_ERR(req))
-    t_.completed_.push_back(r);
-  else
-    r->ucx = req;
-  return PostStatus::Ok;  // a failure is reported through on_put_done(cookie, false)
-}
-
-// ---- memory ------------------------------------------------------------------------------
-
-UcxRegion::UcxRegion(UcxTransport& t, void* addr, size_t length, Device device)
-    : MemoryRegion(addr, length, device), t_(t) {
-  key_.addr = reinterpret_cast<uintptr_t>(addr);
-  key_.length = length;
-  if (length == 0 || t.opt_.put == PutMode::Tag) return;  // tag-mode puts need no rkey
-  const UcpLib& u = t.u_;
-  ucp_mem_map_params_t mp{};
-  mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
-  mp.address = addr;
-  mp.length = length;
-  ucs_status_t st = u.ucp_mem_map(t.context_, &mp, &memh_);
-  if (st != UCS_OK)
-    throw TransportError("ucx transport: ucp_mem_map of " + std::to_string(length) +
-                         " bytes failed: " + status_text(u, st));
-  void* packed = nullptr;
-  size_t size = 0;
-  st = u.ucp_rkey_pack(t.context_, memh_, &packed, &size);
-  if (st != UCS_OK) {
-    u.ucp_mem_unmap(t.context_, memh_);
-    throw TransportError("ucx transport: ucp_rkey_pack failed: " + status_text(u, st));
-  }
-  // A key larger than the blob leaves it empty: peers then put by tagged messages.
-  if (!key_.set_blob({static_cast<const uint8_t*>(packed), size})) {
-    TPLOG(INFO, UCX) << "packed UCX rkey of " << size << " bytes exceeds "
-                     << transport::RemoteKey::kMaxBlob << "; puts into it go as tagged messages";
-  }
-  u.ucp_rkey_buffer_release(packed);
-}
-
-UcxRegion::~UcxRegion() {
-  uintptr_t a = key_.addr, end = key_.addr + key_.length;
-  // Receives of tag-mode puts still aimed at this memory are withdrawn.
-  for (Req* r : t_.live_)
-    if (r->kind == Req::DataRecv && r->ucx && r->addr >= a && r->addr < end)
-      t_.u_.ucp_request_cancel(t_.worker_, r->ucx);
-  auto range = t_.regions_.equal_range(a);
-  for (auto it = range.first; it != range.second; ++it)
-    if (it->second == end) {
-      t_.regions_.erase(it);
-      break;
-    }
-  if (memh_) t_.u_.ucp_mem_unmap(t_.context_, memh_);
-}
-
-std::unique_ptr<transport::MemoryRegion> UcxTransport::register_memory(void* addr, size_t length,
-                                                                       Device device) {
-  if (device.type != DeviceType::CPU)
-    throw NotSupportedError("ucx transport: registration of " + device.str() +
-                            " memory is not supported (host memory only)");
-  auto r = std::make_unique<UcxRegion>(*this, addr, length, device);
-  uintptr_t a = reinterpret_cast<uintptr_t>(addr);
-  regions_.emplace(a, a + length);
-  return r;
 }
 
 // ---- progress ----------------------------------------------------------------------------

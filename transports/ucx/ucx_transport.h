@@ -128,7 +128,6 @@ class UcxTransport : public transport::Transport {
   uint64_t job_hash_ = 0;
   uint64_t host_hash_ = 0;
   uint64_t pidns_ = 0;
-  bool no_peer_mode_local_ = false;  ///< UCX refused UCP_ERR_HANDLING_MODE_PEER to a local peer
   std::chrono::steady_clock::time_point next_pid_check_{};
   std::unordered_map<int, std::unique_ptr<UcxEndpoint>> eps_;
 

@@ -1,0 +1,57 @@
+// Internals shared by the ucx transport's files: tag layout, limits, and the request record
+// that UCX callbacks fill.
+#pragma once
+
+#include <ucp/api/ucp.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace tpcomm::ucx {
+
+class UcxTransport;
+
+// Tags: bit 63 set = a message into the pre-posted pool (kind in bits 62..60); bit 63 clear =
+// the data of a tag-mode put (put id in bits 59..32). Bits 31..0: the sender's rank.
+inline constexpr uint64_t kPoolBit = 1ull << 63;
+inline constexpr uint64_t kKindMsg = 0, kKindPutHdr = 1, kKindNotify = 2;
+inline constexpr uint32_t kAddrMagic = 0x58555054;  // "TPUX"
+inline constexpr uint16_t kAddrVersion = 1;
+// Address header: magic u32, version u16, pad u16, rank i32, pid u32, job hash u64, host hash
+// u64, pid namespace inode u64; then the UCP worker address.
+inline constexpr size_t kAddrHeader = 40;
+inline constexpr size_t kPutHdrSize = 24;
+inline constexpr size_t kMaxLive = 16384;           // outstanding requests before NoResource
+inline constexpr size_t kMaxBuffered = 256u << 20;  // bytes copied for pending sends
+
+inline uint64_t pool_tag(uint64_t kind, int rank) {
+  return kPoolBit | (kind << 60) | static_cast<uint32_t>(rank);
+}
+inline uint64_t data_tag(uint32_t id, int rank) {
+  return (static_cast<uint64_t>(id & 0x0fffffffu) << 32) | static_cast<uint32_t>(rank);
+}
+
+/// Our side of one UCX request; UCX callbacks only mark it done and queue it, progress()
+/// reports it.
+struct Req {
+  enum Kind : uint8_t { Pool, Msg, PutHdr, PutData, Flush, Notify, DataRecv } kind = Msg;
+  UcxTransport* t = nullptr;
+  void* ucx = nullptr;  // the UCX request, freed when reported
+  ucs_status_t status = UCS_OK;
+  ucp_tag_recv_info_t info{};
+  int peer = -1;
+  int index = -1;  // Pool: buffer index
+  bool has_cookie = false;
+  uint64_t cookie = 0;
+  uint32_t imm = 0;
+  uintptr_t addr = 0;  // DataRecv: destination
+  size_t expect = 0;   // DataRecv: length
+  std::vector<uint8_t> buf;
+};
+
+/// UCX completion callbacks (user_data = the Req): mark it and queue it for progress().
+void send_cb(void* request, ucs_status_t status, void* user);
+void recv_cb(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user);
+
+}  // namespace tpcomm::ucx
