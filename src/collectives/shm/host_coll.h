@@ -24,7 +24,9 @@ namespace tpcomm::coll::shm {
 class Team;
 class MappedSegment;
 
-/// The direct-read collectives of one group on one host.
+/// The direct-read collectives of one group on one host. Not thread-safe: one collective at
+/// a time per instance (the process group's collective thread), called in the same order on
+/// every rank.
 class HostColl {
  public:
   /// Every member of the group calls it (collective); all must be on one host. Creates this
