@@ -62,6 +62,20 @@ struct InitOptions {
   std::string group_name;
 };
 
+/// Per-call options of the collectives (torch's async_op and timeout, plus tpcomm's own).
+struct CollectiveOptions {
+  /// Return at once with a pending Work; the call runs on the group's collective thread, in
+  /// call order with the group's other collectives. false: block, return a completed Work.
+  bool async_op = false;
+  /// Deadline of this call; <= 0: the group's timeout.
+  std::chrono::milliseconds timeout{0};
+  /// PREMUL_SUM's factor (each input is multiplied by it before the sum).
+  double premul_scale = 1.0;
+  /// Forces an algorithm by catalogue name (docs/collectives.md); empty: TPCOMM_ALGO, then
+  /// the cost model. Every rank must pass the same.
+  std::string algorithm;
+};
+
 class ProcessGroup;
 namespace detail {
 struct GroupState;
@@ -108,6 +122,53 @@ class ProcessGroup {
   std::shared_ptr<Work> recv(const Tensor& tensor, int src = kAnySource, int tag = 0);
   std::shared_ptr<Work> isend(const Tensor& tensor, int dst, int tag = 0);
   std::shared_ptr<Work> irecv(const Tensor& tensor, int src = kAnySource, int tag = 0);
+
+  // Collectives (docs/collectives.md; declared with the free functions in
+  // tpcomm/collectives.hpp). Every member calls the same ones in the same order; roots are
+  // group ranks. Arguments are checked before any communication (InvalidArgument).
+
+  /// Copies `tensor` of rank `src` into `tensor` on every rank.
+  std::shared_ptr<Work> broadcast(const Tensor& tensor, int src, const CollectiveOptions& o = {});
+  /// In place: `tensor` = op over ranks of `tensor`.
+  std::shared_ptr<Work> all_reduce(const Tensor& tensor, ReduceOp op = ReduceOp::SUM,
+                                   const CollectiveOptions& o = {});
+  /// In place on `dst`: `tensor` = op over ranks; other ranks' tensors are unchanged.
+  std::shared_ptr<Work> reduce(const Tensor& tensor, int dst, ReduceOp op = ReduceOp::SUM,
+                               const CollectiveOptions& o = {});
+  /// output_list[i] = rank i's `input` (one tensor per rank, each like `input`).
+  std::shared_ptr<Work> all_gather(const std::vector<Tensor>& output_list, const Tensor& input,
+                                   const CollectiveOptions& o = {});
+  /// `output` (size() x input.numel) = the inputs in rank order.
+  std::shared_ptr<Work> all_gather_into_tensor(const Tensor& output, const Tensor& input,
+                                               const CollectiveOptions& o = {});
+  /// On `dst`: gather_list[i] = rank i's `input` (gather_list is ignored elsewhere).
+  std::shared_ptr<Work> gather(const Tensor& input, const std::vector<Tensor>& gather_list,
+                               int dst, const CollectiveOptions& o = {});
+  /// `output` = scatter_list[rank] of rank `src` (scatter_list is ignored elsewhere).
+  std::shared_ptr<Work> scatter(const Tensor& output, const std::vector<Tensor>& scatter_list,
+                                int src, const CollectiveOptions& o = {});
+  /// `output` = op over ranks of their input_list[rank].
+  std::shared_ptr<Work> reduce_scatter(const Tensor& output, const std::vector<Tensor>& input_list,
+                                       ReduceOp op = ReduceOp::SUM,
+                                       const CollectiveOptions& o = {});
+  /// `output` = block `rank` of op over ranks of `input` (size() x output.numel).
+  std::shared_ptr<Work> reduce_scatter_tensor(const Tensor& output, const Tensor& input,
+                                              ReduceOp op = ReduceOp::SUM,
+                                              const CollectiveOptions& o = {});
+  /// output_list[i] = rank i's input_list[rank]; sizes may differ per peer but must agree
+  /// between the two ends (MismatchError on every rank otherwise).
+  std::shared_ptr<Work> all_to_all(const std::vector<Tensor>& output_list,
+                                   const std::vector<Tensor>& input_list,
+                                   const CollectiveOptions& o = {});
+  /// Block j of `input` goes to rank j, which stores it as its block `rank`. Split sizes are
+  /// element counts per rank; empty: even blocks. Mismatched splits: MismatchError on every
+  /// rank, before any data moves.
+  std::shared_ptr<Work> all_to_all_single(const Tensor& output, const Tensor& input,
+                                          const std::vector<int64_t>& output_split_sizes = {},
+                                          const std::vector<int64_t>& input_split_sizes = {},
+                                          const CollectiveOptions& o = {});
+  /// Returns once every member has entered it.
+  std::shared_ptr<Work> barrier(const CollectiveOptions& o = {});
 
   /// Fails pending operations with AbortedError and refuses later calls. The world group's
   /// destroy also closes every connection.

@@ -54,7 +54,8 @@ int run_tpbench(const BenchOptions& o, std::ostream& out, std::ostream& err) {
     SweepResult result;
     if (o.threads > 0) {
       result = run_threads(o, o.threads);
-    } else if (const BenchCommFactory& f = bench_comm_factory()) {
+    } else if (const BenchCommFactory& f = bench_comm_factory(); f && config::is_set("WORLD_SIZE")) {
+      // Under a launcher (tprun sets WORLD_SIZE): the process-group binding (src/pg/pg_bench.cc).
       std::unique_ptr<BenchComm> bc = f(o);
       result = run_sweep(*bc, o);
       if (bc->rank() != 0) return total_wrong(result) ? 1 : 0;

@@ -322,6 +322,11 @@ std::string Engine::transport_for(const std::string& backend, int peer) {
   return link_for(lk, backend, peer)->slot->name;
 }
 
+transport::Capabilities Engine::link_capabilities(const std::string& backend, int peer) {
+  std::unique_lock<std::mutex> lk(mu_);
+  return link_for(lk, backend, peer)->slot->caps;
+}
+
 void Engine::connect_all(const std::string& backend, const std::vector<int>& peers,
                          Deadline deadline) {
   std::vector<Link*> links;

@@ -44,6 +44,8 @@ struct Pending {
   std::vector<uint8_t> hdr;       ///< message: encoded header (+ trailer)
   const void* payload = nullptr;  ///< message: eager payload (the user's buffer)
   size_t payload_len = 0;
+  /// A cancelled eager send's payload, copied here so the user's buffer is free (cancel).
+  std::vector<uint8_t> owned;
   std::shared_ptr<Op> op;  ///< eager send completed once posted; put owner
   // put
   size_t offset = 0, length = 0;
@@ -121,8 +123,25 @@ class Engine : public std::enable_shared_from_this<Engine> {
   /// Progresses once if no other thread is, and reports whether `op` is done.
   bool test(Op& op);
 
+  /// Cancels a pending operation so that the engine never touches its buffer once this
+  /// returns (the collectives' Request destructor relies on it). A receive still waiting for
+  /// its message leaves the matcher; a rendezvous send still waiting for its CTS is forgotten
+  /// (a late CTS is ignored); a queued eager send keeps its place in the channel (the peer
+  /// still receives it) with its payload copied into the queue. Data already moving
+  /// (Stage::Transfer) cannot be recalled: cancel waits for it until `grace`, and returns
+  /// false if it is still moving then (the buffer may still be written or read). A cancelled
+  /// operation completes with AbortedError. Returns true when the op is done.
+  bool cancel(const std::shared_ptr<Op>& op, Deadline grace);
+
   /// Name of the transport used to reach `peer` for `backend` (for logs and tests); connects.
   std::string transport_for(const std::string& backend, int peer);
+  /// Capabilities (latency and bandwidth hints) of the transport reaching `peer`; connects.
+  transport::Capabilities link_capabilities(const std::string& backend, int peer);
+  /// The host id `peer` published (TPCOMM_HOSTID or host name + boot id); blocks on the store
+  /// until the peer has started. Cached.
+  std::string peer_host(int peer);
+  /// Why `peer` was declared lost (its link failed or it exited), or "" while it is not.
+  std::string peer_failure(int peer);
 
   /// Stops the progress thread and closes every transport (flushing what was sent).
   void shutdown();
@@ -142,7 +161,6 @@ class Engine : public std::enable_shared_from_this<Engine> {
   std::vector<std::string> candidates_locked(const std::string& backend);
   std::string choose_locked(const std::string& backend, int peer);
   std::vector<uint8_t> peer_address(const std::string& transport, int peer);  // no lock
-  std::string peer_host(int peer);                                            // no lock
   Link* link_locked(Slot& s, int peer);  // connects when needed; address must be cached
   /// The link to `peer` for `backend` (backend_id: its index from add_group, or -1 to look it
   /// up); chooses and connects on first use.

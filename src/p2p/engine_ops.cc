@@ -178,6 +178,45 @@ std::shared_ptr<Op> Engine::post_recv(const GroupInfo& g, int src, int tag, cons
   return op;
 }
 
+bool Engine::cancel(const std::shared_ptr<Op>& op, Deadline grace) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (op->done.load(std::memory_order_relaxed)) return true;
+    if (op->stage != Op::Stage::Transfer) {
+      if (op->kind == Op::Kind::Send && op->link) {
+        // A queued eager send refers to the caller's buffer: keep the message (its sequence
+        // number is taken, the receiver expects it) but on a copy of the payload.
+        for (Pending& p : op->link->queue) {
+          if (p.is_put || p.op != op) continue;
+          const auto* src = static_cast<const uint8_t*>(p.payload);
+          p.owned.assign(src, src + p.payload_len);
+          p.payload = p.owned.data();
+          p.op = nullptr;
+        }
+      }
+      fail_locked(op, std::make_exception_ptr(AbortedError(op->describe() + " was cancelled")));
+      return true;
+    }
+  }
+  // Stage::Transfer: a put is in flight to or from this buffer; it ends by itself (or fails
+  // with its peer).
+  try {
+    wait(*op, grace);
+  } catch (const TimeoutError&) {
+    TPLOG(WARN, P2P) << "rank " << opt_.rank << ": cancelling " << op->describe()
+                     << ": its data is still moving; the buffer may still be accessed";
+    return false;
+  } catch (const std::exception&) {
+  }
+  return true;
+}
+
+std::string Engine::peer_failure(int peer) {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = dead_peers_.find(peer);
+  return it == dead_peers_.end() ? std::string() : it->second;
+}
+
 // ---- arrivals ----------------------------------------------------------------------------
 
 void Engine::handle_message(Slot& s, int peer, std::span<const uint8_t> data) {

@@ -31,6 +31,8 @@ struct WorldState {
   bool destroyed = false;
 };
 
+struct CollState;  // pg/coll_run.h
+
 struct GroupState {
   std::shared_ptr<WorldState> world;
   p2p::GroupInfo info;           ///< id, name, backend, members (global ranks)
@@ -39,6 +41,8 @@ struct GroupState {
   std::chrono::milliseconds timeout{300000};
   std::atomic<bool> destroyed{false};
   bool is_world = false;
+  std::mutex coll_mu;
+  std::shared_ptr<CollState> coll;  ///< collectives' state, made on first use (pg/coll_run.h)
 
   int size() const { return static_cast<int>(info.ranks.size()); }
   /// Throws InvalidArgument for a destroyed group or a non-member; `what` names the call.

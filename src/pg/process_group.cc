@@ -9,6 +9,7 @@
 #include "core/config.h"
 #include "core/deadline.h"
 #include "core/log.h"
+#include "pg/coll_run.h"
 #include "pg/group_state.h"
 #include "pg/p2p_work.h"
 #include "tpcomm/error.hpp"
@@ -292,6 +293,7 @@ void ProcessGroup::destroy() {
   auto& world = state_->world;
   if (state_->destroyed.exchange(true)) return;
   if (state_->rank < 0) return;
+  detail::shutdown_collectives(*state_);
   if (!state_->is_world) {
     if (!world->destroyed) world->engine->remove_group(state_->info.id);
     return;
@@ -304,6 +306,7 @@ void ProcessGroup::destroy() {
       if (auto g = w.lock()) others.push_back(g);
   }
   for (auto& g : others) g->destroyed = true;
+  for (auto& g : others) detail::shutdown_collectives(*g);
   world->engine->shutdown();
   TPLOG(INFO, INIT) << "rank " << world->rank << ": process group '" << name() << "' destroyed";
 }

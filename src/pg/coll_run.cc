@@ -1,0 +1,252 @@
+// Running a ProcessGroup's collectives: state, ordering, async Work, failure handling.
+#include "pg/coll_run.h"
+
+#include <sstream>
+
+#include "core/log.h"
+#include "tpcomm/error.hpp"
+
+namespace tpcomm::detail {
+namespace {
+
+// The Work of a collective: completed by the collective thread (or at once when blocking).
+class CollWork : public Work {
+ public:
+  explicit CollWork(std::string what) : what_(std::move(what)) {}
+
+  void finish(std::exception_ptr e) {
+    std::lock_guard<std::mutex> lk(mu_);
+    error_ = std::move(e);
+    done_ = true;
+    cv_.notify_all();
+  }
+
+  bool wait(std::optional<std::chrono::milliseconds> timeout) override {
+    std::unique_lock<std::mutex> lk(mu_);
+    // Without a timeout the collective's own deadline bounds the wait.
+    if (!timeout) {
+      cv_.wait(lk, [&] { return done_; });
+    } else if (!cv_.wait_for(lk, *timeout, [&] { return done_; })) {
+      throw TimeoutError(what_ + ": Work::wait gave up after " + std::to_string(timeout->count()) +
+                         " ms; the collective is still queued or running on the group's "
+                         "collective thread (it ends at its own deadline)");
+    }
+    if (error_) std::rethrow_exception(error_);
+    return true;
+  }
+  bool is_completed() override {
+    std::lock_guard<std::mutex> lk(mu_);
+    return done_;
+  }
+  bool is_success() override {
+    std::lock_guard<std::mutex> lk(mu_);
+    return done_ && !error_;
+  }
+  std::exception_ptr exception() override {
+    std::lock_guard<std::mutex> lk(mu_);
+    return done_ ? error_ : nullptr;
+  }
+  int source_rank() override { return -1; }
+
+ private:
+  std::string what_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::exception_ptr error_;
+};
+
+void worker_main(std::shared_ptr<CollQueue> q) {
+  std::unique_lock<std::mutex> lk(q->mu);
+  for (;;) {
+    q->cv.wait(lk, [&] { return q->stop || !q->tasks.empty(); });
+    if (q->tasks.empty()) return;  // stopped and drained
+    std::function<void()> task = std::move(q->tasks.front());
+    q->tasks.pop_front();
+    q->busy = true;
+    lk.unlock();
+    task();
+    task = nullptr;  // may drop the last reference to the group
+    lk.lock();
+    q->busy = false;
+    q->cv.notify_all();
+  }
+}
+
+// Latency/bandwidth of the group's links, the same on every member (the cost model must pick
+// the same algorithm everywhere): the transport to the next member when all members share
+// this host, else the transport to the first member on another host.
+void compute_hints(GroupState& g, CollState& cs) {
+  auto& engine = *g.world->engine;
+  const int n = g.size();
+  std::string mine = engine.peer_host(g.world->rank);
+  int other_host = -1;
+  for (int m : g.info.ranks)
+    if (m != g.world->rank && other_host < 0 && engine.peer_host(m) != mine) other_host = m;
+  cs.one_host = other_host < 0;
+  if (n > 1) {
+    int peer = cs.one_host ? g.info.ranks[(g.rank + 1) % n] : other_host;
+    transport::Capabilities caps = engine.link_capabilities(g.info.backend, peer);
+    cs.hints.name = engine.transport_for(g.info.backend, peer);
+    cs.hints.latency_us = caps.latency_us;
+    cs.hints.bandwidth_gbps = caps.bandwidth_gbps;
+  } else {
+    cs.hints.name = "self";
+  }
+  cs.hints_ready = true;
+}
+
+// The intra-host fast path: every member makes it at the same call (the first collective),
+// when all members share this host and the group's links are shm (so not for backend tcp or
+// TPCOMM_TRANSPORT=tcp, nor with TPCOMM_SHM_DISABLE). HostColl reads TPCOMM_ALGO here: a rule
+// forcing another algorithm for an operation keeps that operation on message passing.
+void make_host_coll(GroupState& g, CollState& cs, Deadline dl) {
+  if (!cs.one_host || cs.hints.name != "shm" || g.size() < 2) return;
+  cs.host_store = std::make_shared<PrefixStore>("shm_coll", g.store);
+  try {
+    cs.host = coll::shm::HostColl::create(*cs.host_store, g.rank, g.size(), dl);
+  } catch (const std::exception& e) {
+    TPLOG(INFO, COLL) << "group '" << g.info.name << "': no shared-memory fast path (" << e.what()
+                      << "); collectives use message passing";
+  }
+}
+
+std::string message_of(std::exception_ptr e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& x) {
+    return x.what();
+  } catch (...) {
+    return "unknown error";
+  }
+}
+
+// Runs one collective now (caller holds no lock).
+void execute(GroupState& g, const char* op, const CollectiveOptions& o, const CollBody& body) {
+  CollState& cs = coll_state(g);
+  std::lock_guard<std::mutex> run(cs.run_mu);
+  g.check_usable(op);
+  if (!cs.broken.empty())
+    throw AbortedError(std::string(op) + ": the collectives of group '" + g.info.name +
+                       "' are unusable: " + cs.broken +
+                       ". Messages of that call may still be in flight; destroy the group and "
+                       "create a new one");
+  if (!cs.hints_ready) {
+    compute_hints(g, cs);
+    make_host_coll(g, cs, Deadline::after(o.timeout.count() > 0 ? o.timeout : g.timeout));
+  }
+  CollCall call;
+  call.engine = g.world->engine;
+  call.channel = &cs.channel;
+  call.group_name = g.info.name;
+  call.rank = g.rank;
+  call.seq = cs.seq++;
+  call.op = op;
+  auto timeout = o.timeout.count() > 0 ? o.timeout : g.timeout;
+  call.deadline = Deadline::after(timeout);
+  call.hints = cs.hints;
+  EngineComm comm(std::move(call));
+  CollContext ctx{comm, cs.host.get()};
+  const char* algo = nullptr;
+  try {
+    algo = body(ctx);
+  } catch (...) {
+    if (comm.posted() > 0 && !ctx.clean_failure) {
+      cs.broken = comm.where() + " failed part-way (" + message_of(std::current_exception()) + ")";
+      TPLOG(WARN, COLL) << "group '" << g.info.name << "': " << cs.broken;
+    }
+    throw;
+  }
+  std::lock_guard<std::mutex> lk(cs.info_mu);
+  cs.last_algorithm = algo ? algo : "";
+}
+
+}  // namespace
+
+CollState::~CollState() {
+  {
+    std::lock_guard<std::mutex> lk(queue->mu);
+    queue->stop = true;
+    queue->cv.notify_all();
+  }
+  if (!worker.joinable()) return;
+  if (worker.get_id() == std::this_thread::get_id())
+    worker.detach();  // the last task dropped the group; the thread holds the queue alive
+  else
+    worker.join();
+}
+
+CollState& coll_state(GroupState& g) {
+  std::lock_guard<std::mutex> lk(g.coll_mu);
+  if (!g.coll) {
+    auto cs = std::make_shared<CollState>();
+    cs->channel = g.info;
+    // A private engine group: collective messages never meet point-to-point receives.
+    cs->channel.id = fnv1a(std::to_string(g.info.id) + "/collectives");
+    cs->channel.name = g.info.name + "/coll";
+    g.world->engine->add_group(cs->channel);
+    g.coll = cs;
+  }
+  return *g.coll;
+}
+
+void run_blocking(GroupState& g, const char* op, const CollectiveOptions& options,
+                  const CollBody& body) {
+  g.check_usable(op);
+  std::shared_ptr<CollQueue> q = coll_state(g).queue;
+  {
+    // Calls are ordered: earlier async collectives of this group finish first.
+    std::unique_lock<std::mutex> lk(q->mu);
+    q->cv.wait(lk, [&] { return q->tasks.empty() && !q->busy; });
+  }
+  execute(g, op, options, body);
+}
+
+std::shared_ptr<Work> run_collective(const std::shared_ptr<GroupState>& g, const char* op,
+                                     const CollectiveOptions& options, CollBody body) {
+  g->check_usable(op);
+  CollState& cs = coll_state(*g);
+  std::string what = std::string(op) + " on group '" + g->info.name + "'";
+  auto work = std::make_shared<CollWork>(what);
+  std::shared_ptr<CollQueue> q = cs.queue;
+  if (!options.async_op) {
+    run_blocking(*g, op, options, body);
+    work->finish(nullptr);
+    return work;
+  }
+  std::lock_guard<std::mutex> lk(q->mu);
+  if (q->stop)
+    throw AbortedError(what + ": the group's collective thread has stopped (group destroyed)");
+  if (!cs.worker.joinable()) cs.worker = std::thread(worker_main, q);
+  q->tasks.push_back([g, op, options, body = std::move(body), work] {
+    try {
+      execute(*g, op, options, body);
+      work->finish(nullptr);
+    } catch (...) {
+      work->finish(std::current_exception());
+    }
+  });
+  q->cv.notify_all();
+  return work;
+}
+
+std::string last_algorithm(GroupState& g) {
+  CollState& cs = coll_state(g);
+  std::lock_guard<std::mutex> lk(cs.info_mu);
+  return cs.last_algorithm;
+}
+
+void shutdown_collectives(GroupState& g) {
+  std::shared_ptr<CollState> cs;
+  {
+    std::lock_guard<std::mutex> lk(g.coll_mu);
+    cs = g.coll;
+  }
+  if (!cs) return;
+  if (!g.is_world && !g.world->destroyed) g.world->engine->remove_group(cs->channel.id);
+  std::lock_guard<std::mutex> lk(cs->queue->mu);
+  cs->queue->stop = true;
+  cs->queue->cv.notify_all();
+}
+
+}  // namespace tpcomm::detail

@@ -1,0 +1,75 @@
+// coll::CollComm over the p2p engine: what the host collective algorithms (src/collectives/)
+// run on inside a ProcessGroup. One EngineComm serves one collective call.
+//
+// Tag space: a group's collectives use their own engine group id (GroupInfo `coll`, derived
+// from the group's id), so they never match the user's point-to-point messages of any tag.
+// Inside it, the engine tag is (sequence number of the call mod kSeqWindow) << 16 | the
+// algorithm's tag: consecutive calls use different channels, and within a channel the
+// engine's per-(group, source, tag) sequence numbers keep messages in posting order.
+//
+// Sizes: the engine accepts a message smaller than the receive buffer; a collective needs
+// exact sizes, so a receive that got fewer bytes, or a send the receiver refused, fails with
+// MismatchError naming both ranks and both sizes.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "collectives/comm.h"
+#include "p2p/engine.h"
+
+namespace tpcomm::detail {
+
+/// What one collective call runs over.
+struct CollCall {
+  std::shared_ptr<p2p::Engine> engine;
+  const p2p::GroupInfo* channel = nullptr;  ///< the group's collective tag space
+  std::string group_name;
+  int rank = 0;         ///< group rank
+  uint64_t seq = 0;     ///< per-group collective sequence number
+  const char* op = "";  ///< "all_reduce", ... (for messages)
+  Deadline deadline;    ///< the whole call's
+  coll::TransportHints hints;
+  std::chrono::milliseconds cancel_grace{5000};  ///< cancel of data in flight waits this long
+};
+
+/// Number of distinct sequence slots in the tags (bounds the engine's channel tables).
+inline constexpr uint64_t kSeqWindow = 8;
+/// Largest algorithm tag the encoding holds.
+inline constexpr int kMaxAlgoTag = 0xFFFF;
+
+class EngineComm : public coll::CollComm {
+ public:
+  explicit EngineComm(CollCall call) : c_(std::move(call)) {}
+
+  int rank() const override { return c_.rank; }
+  int size() const override { return static_cast<int>(c_.channel->ranks.size()); }
+  coll::Request isend(const void* buf, size_t bytes, int peer, int tag) override;
+  coll::Request irecv(void* buf, size_t bytes, int peer, int tag) override;
+  void wait(coll::Request& req) override;
+  bool test(coll::Request& req) override;
+  int wait_any(std::span<coll::Request* const> reqs) override;
+  Deadline deadline() const override { return c_.deadline; }
+  coll::TransportHints hints() const override { return c_.hints; }
+
+  /// "all_reduce #12 on group 'default_pg' (rank 0 of 4)", the prefix of every error.
+  std::string where() const;
+  /// Number of operations posted so far (0: the call failed before communicating).
+  uint64_t posted() const { return posted_; }
+
+ private:
+  coll::Request post(bool send, void* buf, size_t bytes, int peer, int tag);
+  /// Rethrows a finished op's error with context, or a size mismatch; empties `req`.
+  void finish(coll::Request& req);
+  /// Throws PeerError naming the members the engine has lost.
+  void check_members() const;
+  /// "; rank 2 of the group (global rank 2) is gone: ..." for each lost member, or "".
+  std::string lost_members() const;
+  /// How often a long wait checks for lost members.
+  static constexpr std::chrono::milliseconds kLostCheck{200};
+
+  CollCall c_;
+  uint64_t posted_ = 0;
+};
+
+}  // namespace tpcomm::detail

@@ -1,0 +1,143 @@
+// tpbench under a launcher: a BenchComm over a ProcessGroup made from env:// (RANK,
+// WORLD_SIZE, MASTER_ADDR, MASTER_PORT, as tprun sets them), its backend from `-t`. Each
+// timed call runs as one collective of the group (the same path as ProcessGroup's methods,
+// fast-path hook included); `sendrecv` uses the group's point-to-point.
+#include <cstring>
+
+#include "bench/bench_comm.h"
+#include "collectives/collectives.h"
+#include "collectives/util.h"
+#include "pg/coll_dispatch.h"
+#include "pg/coll_run.h"
+#include "tpcomm/error.hpp"
+#include "tpcomm/rendezvous.hpp"
+
+namespace tpcomm::detail {
+namespace {
+
+Tensor view(void* p, size_t elems, DType dt, size_t offset_elems = 0) {
+  return Tensor::raw(coll::at(p, offset_elems * dtype_size(dt)), static_cast<int64_t>(elems), dt);
+}
+
+class PgBenchComm : public bench::BenchComm {
+ public:
+  explicit PgBenchComm(std::shared_ptr<ProcessGroup> pg) : pg_(std::move(pg)) {}
+  ~PgBenchComm() override { pg_->destroy(); }
+
+  int rank() const override { return pg_->rank(); }
+  int size() const override { return pg_->size(); }
+  std::string transport() const override {
+    if (size() == 1) return "self";
+    return pg_->state().world->engine->transport_for(pg_->backend(), (rank() + 1) % size());
+  }
+
+  std::string run(const bench::BenchCall& c) override {
+    const std::string name = c.op->name;
+    if (name == "sendrecv") return sendrecv(c);
+    CollectiveOptions po;
+    po.algorithm = c.algorithm;
+    std::string algo;
+    run_blocking(pg_->state(), name.c_str(), po, [&](CollContext& x) {
+      const char* a = one(x, c);
+      algo = a ? a : "";
+      return a;
+    });
+    return algo;
+  }
+
+  void barrier() override { pg_->barrier(); }
+  double max(double v) override {
+    pg_->all_reduce(Tensor::of(&v, 1), ReduceOp::MAX);
+    return v;
+  }
+  int64_t sum(int64_t v) override {
+    pg_->all_reduce(Tensor::of(&v, 1), ReduceOp::SUM);
+    return v;
+  }
+
+ private:
+  // The call on the collective's communicator (buffer layouts as bench_runner.cc's).
+  const char* one(CollContext& x, const bench::BenchCall& c) {
+    const std::string name = c.op->name;
+    const size_t p = c.shape.param, n = static_cast<size_t>(size());
+    const int r = rank();
+    coll::CommonOptions o;
+    o.algorithm = c.algorithm;
+    o.slice_bytes = c.slice_bytes;
+    if (name == "allreduce") {
+      Tensor out = view(c.recv, p, c.dtype);
+      return run_all_reduce(
+          x, {c.in_place ? out : view(c.send, p, c.dtype), out, c.redop, c.premul_scale, o});
+    }
+    if (name == "broadcast") {
+      coll::BroadcastArgs a{view(c.recv, p, c.dtype), Tensor{}, c.root, o};
+      if (!c.in_place && r == c.root) a.input = view(c.send, p, c.dtype);
+      return run_broadcast(x, a);
+    }
+    if (name == "reduce") {
+      Tensor out = view(c.recv, p, c.dtype);
+      return run_reduce(x, {c.in_place ? out : view(c.send, p, c.dtype), out, c.root, c.redop,
+                            c.premul_scale, o});
+    }
+    if (name == "allgather") {
+      Tensor in = c.in_place ? view(c.recv, p, c.dtype, p * static_cast<size_t>(r))
+                             : view(c.send, p, c.dtype);
+      return run_all_gather(x, {in, view(c.recv, p * n, c.dtype), o});
+    }
+    if (name == "reducescatter") {
+      Tensor out = c.in_place ? view(c.send, p, c.dtype, p * static_cast<size_t>(r))
+                              : view(c.recv, p, c.dtype);
+      return run_reduce_scatter(x, {view(c.send, p * n, c.dtype), out, c.redop, c.premul_scale, o});
+    }
+    if (name == "alltoall") {
+      coll::AllToAllArgs a;
+      a.input = view(c.send, p * n, c.dtype);
+      a.output = view(c.recv, p * n, c.dtype);
+      a.options = o;
+      return coll::all_to_all(x.comm, a).name;
+    }
+    if (name == "gather")
+      return coll::gather(x.comm,
+                          {view(c.send, p, c.dtype),
+                           r == c.root ? view(c.recv, p * n, c.dtype) : Tensor{}, c.root, o})
+          .name;
+    if (name == "scatter")
+      return coll::scatter(x.comm, {r == c.root ? view(c.send, p * n, c.dtype) : Tensor{},
+                                    view(c.recv, p, c.dtype), c.root, o})
+          .name;
+    throw InvalidArgument("tpbench: no such operation '" + name + "'");
+  }
+
+  // Each rank sends to the next and receives from the previous (point-to-point path).
+  std::string sendrecv(const bench::BenchCall& c) {
+    const int r = rank(), n = size();
+    const size_t elems = c.shape.param;
+    if (n == 1) {
+      if (elems) std::memcpy(c.recv, c.send, elems * dtype_size(c.dtype));
+      return "p2p";
+    }
+    auto rw = pg_->irecv(view(c.recv, elems, c.dtype), (r - 1 + n) % n, 0);
+    auto sw = pg_->isend(view(c.send, elems, c.dtype), (r + 1) % n, 0);
+    rw->wait();
+    sw->wait();
+    return "p2p";
+  }
+
+  std::shared_ptr<ProcessGroup> pg_;
+};
+
+std::unique_ptr<bench::BenchComm> make_bench_comm(const bench::BenchOptions& o) {
+  InitOptions io;
+  io.backend = o.transport.empty() ? std::string(Backend::AUTO) : o.transport;
+  RendezvousResult rr = rendezvous("env://");
+  return std::make_unique<PgBenchComm>(ProcessGroup::create(rr.store, rr.rank, rr.world_size, io));
+}
+
+// Registered when the library loads, so that `tprun ... tpbench` finds it.
+[[maybe_unused]] const bool registered = [] {
+  bench::set_bench_comm_factory(make_bench_comm);
+  return true;
+}();
+
+}  // namespace
+}  // namespace tpcomm::detail
