@@ -83,5 +83,50 @@ TEST(PrefixStore, NamespacesKeys) {
   EXPECT_EQ(base->get_string("y/x/z"), "q");
 }
 
+TEST(HashStore, NumKeysCountsLiveKeys) {
+  HashStore s;
+  EXPECT_EQ(s.num_keys(), 0);
+  s.set("a", std::string_view("1"));
+  s.add("b", 1);
+  s.append("c", to_bytes("x"));
+  EXPECT_EQ(s.num_keys(), 3);
+  s.delete_key("a");
+  EXPECT_EQ(s.num_keys(), 2);
+}
+
+// Every operation of a PrefixStore lands under its prefix and is seen through it alone.
+TEST(PrefixStore, EveryOperationGoesThroughThePrefix) {
+  auto base = std::make_shared<HashStore>();
+  PrefixStore p("pre", base);
+  p.set("k", std::string_view("v"));
+  EXPECT_EQ(base->get_string("pre/k"), "v");
+  EXPECT_EQ(to_string(p.get("k")), "v");
+  EXPECT_EQ(p.add("n", 2), 2);
+  EXPECT_EQ(base->add("pre/n", 0), 2);
+  EXPECT_EQ(to_string(p.compare_set("k", to_bytes("v"), to_bytes("w"))), "w");
+  EXPECT_EQ(base->get_string("pre/k"), "w");
+  p.append("l", to_bytes("ab"));
+  p.append("l", to_bytes("cd"));
+  EXPECT_EQ(base->get_string("pre/l"), "abcd");
+  p.multi_set({"m1", "m2"}, {to_bytes("x"), to_bytes("y")});
+  auto got = p.multi_get({"m2", "m1"});
+  EXPECT_EQ(to_string(got[0]), "y");
+  EXPECT_EQ(to_string(got[1]), "x");
+  EXPECT_TRUE(base->check({"pre/m1", "pre/m2"}));
+  EXPECT_TRUE(p.check({"k", "n", "l"}));
+  EXPECT_FALSE(p.check({"pre/k"}));  // no double prefix
+  p.wait({"k", "m1"}, 1s);
+  try {
+    p.wait({"absent"}, 20ms);
+    FAIL() << "no timeout";
+  } catch (const TimeoutError& e) {
+    EXPECT_NE(std::string(e.what()).find("absent"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(p.delete_key("k"));
+  EXPECT_FALSE(base->check({"pre/k"}));
+  base->set("other", std::string_view("1"));
+  EXPECT_EQ(base->num_keys(), 5);  // n, l, m1, m2 under the prefix, and other (k deleted)
+}
+
 }  // namespace
 }  // namespace tpcomm
