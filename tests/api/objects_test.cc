@@ -1,5 +1,5 @@
 // Object collectives over forked ranks: every function with 1 to 8 ranks, objects of 0 bytes
-// up to several MiB of different sizes per rank, typed helpers, and the type check of
+// up to 64 MiB of different sizes per rank, typed helpers, and the type check of
 // all_gather_object_enforce_type failing on every rank with the ranks and types named.
 #include <gtest/gtest.h>
 
@@ -76,11 +76,11 @@ TEST_P(ObjectsTest, EveryFunction) {
 INSTANTIATE_TEST_SUITE_P(Ranks, ObjectsTest, ::testing::Values(1, 2, 3, 4, 8),
                          [](const auto& info) { return std::to_string(info.param) + "ranks"; });
 
-TEST(Objects, VerySizesAcrossRanksAndTypedHelpers) {
+TEST(Objects, SizesFromZeroTo64MiBAcrossRanksAndTypedHelpers) {
   auto res = run_ranks(3, [](RankContext& c) {
     init_world(c);
-    // 0 B, 1 B and 8 MiB on different ranks.
-    size_t sizes[3] = {0, 1, 8 << 20};
+    // 0 B, 1 B and 64 MiB on different ranks.
+    size_t sizes[3] = {0, 1, size_t{64} << 20};
     Object mine(sizes[c.rank], static_cast<uint8_t>(c.rank + 1));
     std::vector<Object> all;
     all_gather_object(all, mine);
