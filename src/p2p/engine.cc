@@ -39,9 +39,13 @@ std::string Op::describe() const {
 
 void SinkAdapter::on_message(int peer, std::span<const uint8_t> data) {
   s_->used = true;
+  s_->note_heard(peer);  // liveness for the heartbeat
   e_->handle_message(*s_, peer, data);
 }
-void SinkAdapter::on_put_arrived(int peer, uint32_t imm) { e_->handle_put_arrived(*s_, peer, imm); }
+void SinkAdapter::on_put_arrived(int peer, uint32_t imm) {
+  s_->note_heard(peer);
+  e_->handle_put_arrived(*s_, peer, imm);
+}
 void SinkAdapter::on_put_done(uint64_t cookie, bool ok) { e_->handle_put_done(*s_, cookie, ok); }
 void SinkAdapter::on_peer_error(int peer, const std::string& reason) {
   e_->handle_peer_error(*s_, peer, reason);
@@ -53,6 +57,8 @@ std::shared_ptr<Engine> Engine::create(const Options& options) {
   std::shared_ptr<Engine> e(new Engine(options));
   e->spin_us_ = config::get_int("TPCOMM_WAIT_SPIN_US");
   e->yield_us_ = config::get_int("TPCOMM_WAIT_YIELD_US");
+  e->beat_interval_ = config::get_duration("TPCOMM_HEARTBEAT_INTERVAL");
+  e->beat_timeout_ = config::get_duration("TPCOMM_HEARTBEAT_TIMEOUT");
   e->epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
   e->wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (e->epoll_fd_ < 0 || e->wake_fd_ < 0)
@@ -82,6 +88,7 @@ Slot* Engine::find_slot_locked(const std::string& name) {
 Slot* Engine::make_slot_locked(const std::string& name) {
   if (Slot* s = find_slot_locked(name)) return s;
   auto slot = std::make_unique<Slot>(this, slots_.size(), name);
+  slot->heard.assign(static_cast<size_t>(opt_.world_size), 0);
   std::vector<uint8_t> published;
   try {
     transport::TransportContext ctx;

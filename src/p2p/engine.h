@@ -255,6 +255,26 @@ class Engine : public std::enable_shared_from_this<Engine> {
   uint64_t progress_calls_ = 0;
   bool shut_down_ = false;
 
+  // Dead-peer detection (progress.cc): every beat_interval_ a heartbeat (a credit-only
+  // message) goes out on each connected link; a watched peer from which nothing arrived for
+  // beat_timeout_ is failed like a closed connection. Checked every 64th progress call and
+  // by the progress thread: nothing on the data path but the per-slot arrival counters.
+  struct PeerBeat {
+    bool watched = false;  ///< a link to the peer exists
+    uint64_t heard = 0;    ///< sum of the slots' counters at the last change
+    std::chrono::steady_clock::time_point since;  ///< when `heard` last changed
+  };
+  /// Sends heartbeats and fails silent peers when a beat is due; collects in need_link_
+  /// the peers that talk to us over a slot where we have no link (they get one, so that
+  /// heartbeats flow back).
+  void heartbeat_locked();
+  /// Progress thread: makes the links heartbeat_locked asked for (address lookups unlocked).
+  void make_wanted_links();
+  std::chrono::milliseconds beat_interval_{0}, beat_timeout_{0};
+  std::chrono::steady_clock::time_point next_beat_{};
+  std::vector<PeerBeat> beats_;                     // by global rank
+  std::vector<std::pair<Slot*, int>> need_link_;  // (slot, peer)
+
   friend struct Slot;
 };
 

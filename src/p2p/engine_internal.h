@@ -44,6 +44,12 @@ struct Slot {
   SinkAdapter sink;
   size_t eager_limit = 0;
   bool used = false;  ///< has links or traffic: progressed on every call, else now and then
+  /// Messages and puts that arrived from each peer (index: global rank). The heartbeat
+  /// (progress.cc) samples them to tell a live peer from a silent one; counting is one add.
+  std::vector<uint32_t> heard;
+  void note_heard(int peer) {
+    if (static_cast<size_t>(peer) < heard.size()) ++heard[static_cast<size_t>(peer)];
+  }
 };
 
 /// Key of Engine::links_.

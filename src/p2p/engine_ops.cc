@@ -487,8 +487,16 @@ void Engine::fail_locked(const std::shared_ptr<Op>& op, std::exception_ptr e) {
   complete_locked(op);
 }
 
-void Engine::fail_peer_locked(int peer, const std::string& reason) {
+void Engine::fail_peer_locked(int peer, const std::string& why) {
   if (dead_peers_.count(peer)) return;
+  // Name the peer's host too (known once we ever talked to it): which machine to look at.
+  std::string reason = why;
+  {
+    std::lock_guard<std::mutex> ck(cache_mu_);
+    auto h = host_cache_.find(peer);
+    if (h != host_cache_.end())
+      reason += " [rank " + std::to_string(peer) + " runs on host '" + h->second + "']";
+  }
   dead_peers_[peer] = reason;
   TPLOG(WARN, P2P) << "rank " << opt_.rank << ": lost rank " << peer << ": " << reason;
   auto err = [&](const Op& op) {

@@ -5,6 +5,7 @@
 #include <sys/epoll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <sstream>
 
 #include "core/log.h"
@@ -41,7 +42,93 @@ int Engine::progress_locked(bool everything) {
       it = l->queue.empty() ? backlog_.erase(it) : std::next(it);
     }
   }
+  if (all) heartbeat_locked();  // a clock read every 64th call; work once per interval
   return n;
+}
+
+// ---- dead-peer detection ---------------------------------------------------------------
+
+void Engine::heartbeat_locked() {
+  using Clock = std::chrono::steady_clock;
+  if (beat_interval_.count() <= 0 || shut_down_) return;
+  auto now = Clock::now();
+  if (now < next_beat_) return;
+  // Checked much later than due: this process itself was stopped or starved, so the peers'
+  // silence says nothing about them; restart every peer's clock.
+  bool we_were_away = next_beat_ != Clock::time_point{} && now - next_beat_ > 2 * beat_interval_;
+  next_beat_ = now + beat_interval_;
+  const size_t n = static_cast<size_t>(opt_.world_size);
+  if (beats_.size() != n) beats_.resize(n);
+  std::vector<uint8_t> linked(n, 0), ready(n, 0);
+  for (auto& [key, l] : links_) {
+    if (l->failed || l->peer < 0 || static_cast<size_t>(l->peer) >= n) continue;
+    linked[static_cast<size_t>(l->peer)] = 1;
+    if (!l->ep->ready()) continue;
+    ready[static_cast<size_t>(l->peer)] = 1;
+    if (l->flow && l->credits < 1) continue;  // the peer owes us credits: it will send
+    Header h;
+    h.type = MsgType::Credit;  // a credit-only message is the heartbeat (returns owed credits)
+    h.src = opt_.rank;
+    uint8_t hdr[kHeaderSize];
+    encode_header(h, hdr);
+    (void)post_msg_locked(*l, hdr, kHeaderSize, nullptr, 0, nullptr);
+  }
+  for (size_t p = 0; p < n; ++p) {
+    int peer = static_cast<int>(p);
+    uint64_t heard = 0;
+    for (auto& s : slots_) {
+      if (!s->tr || p >= s->heard.size() || s->heard[p] == 0) continue;
+      heard += s->heard[p];
+      // The peer talks to us where we have no link (it connected to us): make one, so that
+      // our heartbeats reach it too.
+      if (!links_.count(link_key(s->index, peer)) && !dead_peers_.count(peer) &&
+          std::find(need_link_.begin(), need_link_.end(), std::make_pair(s.get(), peer)) ==
+              need_link_.end())
+        need_link_.emplace_back(s.get(), peer);
+    }
+    PeerBeat& b = beats_[p];
+    if (!linked[p] || dead_peers_.count(peer)) {
+      b.watched = false;
+      continue;
+    }
+    if (!b.watched || heard != b.heard || we_were_away) {
+      b.watched = true;
+      b.heard = heard;
+      b.since = now;
+      continue;
+    }
+    if (beat_timeout_.count() <= 0 || now - b.since < beat_timeout_) continue;
+    auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(now - b.since);
+    std::ostringstream os;
+    os << "nothing, not even a heartbeat, arrived from rank " << peer << " for "
+       << silent.count() << " ms (TPCOMM_HEARTBEAT_TIMEOUT=" << beat_timeout_.count() << "ms)";
+    if (!ready[p]) os << "; its connection never completed the handshake";
+    os << ": the process is stopped or hung, or the network between us is cut";
+    fail_peer_locked(peer, os.str());
+  }
+}
+
+void Engine::make_wanted_links() {
+  std::vector<std::pair<Slot*, int>> want;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    want.swap(need_link_);
+  }
+  for (auto [slot, peer] : want) {
+    try {
+      // Its address: a store lookup, without the engine lock (it was published before the
+      // peer could send us anything; check first so that nothing here blocks).
+      std::string key = "link/" + slot->name + "/" + std::to_string(peer);
+      if (!opt_.store->check({key})) continue;
+      peer_address(slot->name, peer);
+      std::lock_guard<std::mutex> lk(mu_);
+      if (shut_down_ || dead_peers_.count(peer)) continue;
+      link_locked(*slot, peer);
+    } catch (const std::exception& e) {
+      TPLOG(INFO, P2P) << "rank " << opt_.rank << ": no " << slot->name << " link back to rank "
+                       << peer << " for heartbeats: " << e.what();
+    }
+  }
 }
 
 bool Engine::test(Op& op) {
@@ -180,6 +267,7 @@ void Engine::progress_thread_main() {
     }
     bool sleep = true;
     int timeout_ms = 200;  // a safety net; wake-ups come through the fds
+    bool want_links = false;
     {
       std::lock_guard<std::mutex> lk(mu_);
       if (progress_locked(true) > 0) {
@@ -189,7 +277,9 @@ void Engine::progress_thread_main() {
           if (s->tr && !s->tr->arm()) sleep = false;
       }
       if (any_without_fd_ || !backlog_.empty()) timeout_ms = 1;
+      want_links = !need_link_.empty();
     }
+    if (want_links) make_wanted_links();
     if (!sleep) continue;
     int n = epoll_wait(epoll_fd_, evs, 16, timeout_ms);
     for (int i = 0; i < n; ++i) {

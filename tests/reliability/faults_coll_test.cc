@@ -1,0 +1,183 @@
+// Fault injection in collectives (issue: never hang silently): a rank killed with SIGKILL
+// during an all_reduce loop fails every survivor quickly, naming it and its host, and the
+// survivors build a new 3-rank world through the same store; ranks that call different
+// collectives, or a rank that never calls, give every caller a bounded error that names the
+// operation, its sequence number and the ranks involved.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "common/multiproc.h"
+#include "core/log.h"
+#include "tpcomm/collectives.hpp"
+#include "tpcomm/tpcomm.hpp"
+
+namespace tpcomm::testing {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using Clock = std::chrono::steady_clock;
+
+bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+// The message of the tpcomm::Error `f` throws ("(no error)" if none).
+template <class F>
+std::string any_error(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    return std::string("not a tpcomm::Error: ") + e.what();
+  }
+  return "(no error)";
+}
+
+// The TimeoutError of one all_reduce.
+std::string error_of_timeout(ProcessGroup& pg, std::vector<float>& v) {
+  try {
+    pg.all_reduce(Tensor::of(v));
+  } catch (const TimeoutError& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    return std::string("not a TimeoutError: ") + e.what();
+  }
+  return "(no error)";
+}
+
+int64_t now_ns() { return Clock::now().time_since_epoch().count(); }
+
+// Each rank on its own "host" (tcp between them): errors must name the host.
+RunOptions per_host(std::map<std::string, std::string> env = {}) {
+  RunOptions opt;
+  opt.env = std::move(env);
+  opt.rank_env = [](int rank) {
+    return std::map<std::string, std::string>{{"TPCOMM_HOSTID", "node" + std::to_string(rank)}};
+  };
+  opt.timeout = milliseconds(90000);
+  return opt;
+}
+
+std::shared_ptr<ProcessGroup> world(RankContext& c, std::shared_ptr<Store> store, int rank,
+                                    int size, milliseconds timeout) {
+  InitOptions o;
+  o.timeout = timeout;
+  return ProcessGroup::create(std::move(store), rank, size, o);
+}
+
+// kill -9 of one of 4 ranks in an all_reduce loop: every survivor errors within 10 s naming
+// the rank and its host, then the three survivors make a new world and all_reduce in it.
+TEST(KillDuringAllReduce, SurvivorsErrorNamingItAndRegroup) {
+  // Eager connections: every rank holds a link to the victim, so each learns of its death
+  // from its own closed connection (lazy links: only the victim's neighbours would).
+  RunOptions opt = per_host({{"TPCOMM_CONNECT", "eager"}});
+  opt.may_die = {3};
+  auto r = run_ranks(
+      4,
+      [&](RankContext& c) {
+        auto pg = world(c, c.store, c.rank, 4, seconds(60));
+        std::vector<float> v(256);
+        std::string err;
+        int64_t failed_at = 0;
+        for (int it = 0; it < 100000 && err.empty(); ++it) {
+          if (c.rank == 3 && it == 20) {
+            c.store->set("killed_at", std::to_string(now_ns()));
+            raise(SIGKILL);
+          }
+          std::fill(v.begin(), v.end(), 1.0f);
+          err = any_error([&] { pg->all_reduce(Tensor::of(v)); });
+          if (err == "(no error)") {
+            EXPECT_EQ(v[0], 4.0f);
+            err.clear();
+          } else {
+            failed_at = now_ns();
+          }
+        }
+        ASSERT_FALSE(err.empty());
+        int64_t killed_at = std::stoll(c.store->get_string("killed_at"));
+        EXPECT_LT(failed_at - killed_at, int64_t(10) * 1000000000) << err;
+        EXPECT_TRUE(contains(err, "global rank 3") || contains(err, "rank 3 ")) << err;
+        EXPECT_TRUE(contains(err, "node3")) << err;
+        EXPECT_TRUE(contains(err, "all_reduce #")) << err;
+        pg->destroy();
+
+        // The survivors regroup through the same store, under a fresh prefix.
+        auto store = std::make_shared<PrefixStore>("survivors", c.store);
+        auto pg3 = world(c, store, c.rank, 3, seconds(60));
+        std::vector<int32_t> x(1000, c.rank + 1);
+        pg3->all_reduce(Tensor::of(x));
+        EXPECT_EQ(x[0], 6);
+        EXPECT_EQ(x[999], 6);
+        pg3->destroy();
+      },
+      opt);
+  EXPECT_RANKS_OK(r);
+}
+
+// Two ranks call all_reduce while two call broadcast: every rank gets an error (no hang),
+// naming its operation and sequence number.
+TEST(MismatchedCollectives, AllReduceAgainstBroadcast) {
+  auto r = run_ranks(
+      4,
+      [&](RankContext& c) {
+        auto pg = world(c, c.store, c.rank, 4, seconds(4));
+        std::vector<float> v(64, 1.0f);
+        auto start = Clock::now();
+        std::string err = any_error([&] {
+          if (c.rank < 2)
+            pg->all_reduce(Tensor::of(v));
+          else
+            pg->broadcast(Tensor::of(v), 0);
+        });
+        EXPECT_LT(Clock::now() - start, seconds(30)) << err;
+        EXPECT_NE(err, "(no error)");
+        TPLOG(INFO, COLL) << "rank " << c.rank << ": " << err;
+        EXPECT_TRUE(contains(err, c.rank < 2 ? "all_reduce #0" : "broadcast #0")) << err;
+        c.store->set("done/" + std::to_string(c.rank), "1");
+        c.store->wait({"done/0", "done/1", "done/2", "done/3"});
+        pg->destroy();
+      },
+      per_host());
+  EXPECT_RANKS_OK(r);
+}
+
+// One rank never calls: the others' all_reduce times out; the errors name the operation,
+// its sequence number, and between them the rank that never came.
+TEST(MissingRank, TimeoutNamesOperationSequenceAndRank) {
+  auto r = run_ranks(
+      4,
+      [&](RankContext& c) {
+        auto pg = world(c, c.store, c.rank, 4, seconds(3));
+        std::vector<float> v(64, 1.0f);
+        // A first collective that completes: the failing one is #1.
+        pg->all_reduce(Tensor::of(v));
+        if (c.rank == 3) {
+          c.store->wait({"err/0", "err/1", "err/2"}, seconds(60));
+          std::string all;
+          for (int i = 0; i < 3; ++i) all += c.store->get_string("err/" + std::to_string(i));
+          EXPECT_TRUE(contains(all, "rank 3")) << all;
+          pg->destroy();
+          return;
+        }
+        std::string err = error_of_timeout(*pg, v);
+        EXPECT_TRUE(contains(err, "all_reduce #1")) << err;
+        EXPECT_TRUE(contains(err, "timed out")) << err;
+        c.store->set("err/" + std::to_string(c.rank), err);
+        // Nobody leaves before every caller has timed out by itself (a destroyed group is a
+        // lost member for the others).
+        c.store->wait({"err/0", "err/1", "err/2"});
+        pg->destroy();
+      },
+      per_host());
+  EXPECT_RANKS_OK(r);
+}
+
+}  // namespace
+}  // namespace tpcomm::testing
