@@ -31,10 +31,9 @@ void futex_wake_all(std::atomic<uint64_t>& w) {
   ::syscall(SYS_futex, futex_word(w), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 }
 
+// The host's CPUs (not this process's affinity: ranks pinned one per core are not
+// oversubscribed).
 int online_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
   long n = sysconf(_SC_NPROCESSORS_ONLN);
   return n > 0 && n < INT_MAX ? static_cast<int>(n) : 1;
 }
