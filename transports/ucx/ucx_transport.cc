@@ -400,8 +400,7 @@ transport::Endpoint& UcxTransport::connect(int peer, std::span<const uint8_t> a,
   ucs_status_t st = u_.ucp_ep_create(worker_, &ep, &e->ep_);
   bool peer_mode = ep.err_mode == UCP_ERR_HANDLING_MODE_PEER;
   if (st == UCS_ERR_UNREACHABLE && peer_mode) {
-    // UCX 1.13's shared-memory transports have no peer-failure support: connect without it
-    // and watch the peer's process instead (same host and pid namespace).
+    // A remote peer UCX cannot reach with peer-failure support: connect without it.
     ep.err_mode = UCP_ERR_HANDLING_MODE_NONE;
     st = u_.ucp_ep_create(worker_, &ep, &e->ep_);
     peer_mode = false;

@@ -1,9 +1,9 @@
 // The ucx transport (issue 9): one UCP context and worker per instance; endpoints from worker
 // addresses published through the store; two-sided messages as tagged sends into pre-posted
 // receives; registration with ucp_mem_map and packed rkeys; put either as ucp_put_nbx + flush
-// + a tagged notification (where UCX runs RMA on a transport lane), or, where UCX would only
-// emulate RMA (its tcp lanes), as a tagged header plus a tagged data message that the target
-// receives straight into the registered region (UCX's own zero-copy rendezvous).
+// + a tagged notification over RDMA lanes, or, where UCX would emulate RMA (its tcp lanes, and
+// its shared memory for user buffers), as a tagged header plus a tagged data message that the
+// target receives straight into the registered region (UCX's own zero-copy rendezvous).
 // docs/transport.md explains the mapping and the choice.
 #pragma once
 
@@ -21,8 +21,8 @@
 
 namespace tpcomm::ucx {
 
-/// How an endpoint carries put: UCX RMA or tagged messages (auto: RMA where UCX reports an
-/// RMA lane for the peer, tagged messages where it would emulate RMA over active messages).
+/// How an endpoint carries put: UCX RMA or tagged messages (auto: RMA over RDMA lanes, tagged
+/// messages where UCX would emulate RMA: tcp, and shared memory into user buffers).
 enum class PutMode : uint8_t { Auto, Rma, Tag };
 
 /// Settings read from the registry (factory.cc).
