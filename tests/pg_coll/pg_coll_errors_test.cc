@@ -162,3 +162,48 @@ TEST(PgCollErrors, RankDiesOverShm) { dies("shm"); }
 
 }  // namespace
 }  // namespace tpcomm::testing
+
+namespace tpcomm::testing {
+namespace {
+
+// The CollComm contract on the engine: destroying a pending receive cancels it, the engine
+// never writes its buffer afterwards, and the message it would have matched goes to the next
+// receive of that channel (eager and rendezvous sizes).
+TEST(PgCollEngineComm, DestroyedReceiveIsCancelled) {
+  auto r = run_ranks(2, [&](RankContext& ctx) {
+    auto pg = make_world(ctx, "tcp", milliseconds(20000));
+    auto& g = pg->state();
+    auto& cs = ::tpcomm::detail::coll_state(g);
+    ::tpcomm::detail::CollCall call;
+    call.engine = g.world->engine;
+    call.channel = &cs.channel;
+    call.group_name = g.info.name;
+    call.rank = g.rank;
+    call.seq = 3;
+    call.op = "cancel_test";
+    call.deadline = Deadline::after(milliseconds(20000));
+    ::tpcomm::detail::EngineComm comm(call);
+    for (size_t bytes : {size_t(64), size_t(1) << 20}) {
+      std::vector<uint8_t> out(bytes, 0x5A), first(bytes, 0xAA), second(bytes, 0);
+      if (pg->rank() == 1) {
+        { coll::Request gone = comm.irecv(first.data(), bytes, 0, 999); }  // cancelled here
+        pg->barrier();  // rank 0 sends after this
+        coll::Request next = comm.irecv(second.data(), bytes, 0, 999);
+        comm.wait(next);
+        EXPECT_EQ(second, out) << bytes;
+        EXPECT_EQ(first, std::vector<uint8_t>(bytes, 0xAA))
+            << bytes << ": cancelled buffer written";
+      } else {
+        pg->barrier();
+        coll::Request s = comm.isend(out.data(), bytes, 1, 999);
+        comm.wait(s);
+      }
+      pg->barrier();
+    }
+    pg->destroy();
+  });
+  EXPECT_RANKS_OK(r);
+}
+
+}  // namespace
+}  // namespace tpcomm::testing
