@@ -12,7 +12,8 @@ namespace {
 // The Work of a collective: completed by the collective thread (or at once when blocking).
 class CollWork : public Work {
  public:
-  explicit CollWork(std::string what) : what_(std::move(what)) {}
+  // The description is built only for an error (no string work on the fast path).
+  CollWork(const char* op, std::shared_ptr<GroupState> g) : op_(op), group_(std::move(g)) {}
 
   void finish(std::exception_ptr e) {
     std::lock_guard<std::mutex> lk(mu_);
@@ -27,7 +28,8 @@ class CollWork : public Work {
     if (!timeout) {
       cv_.wait(lk, [&] { return done_; });
     } else if (!cv_.wait_for(lk, *timeout, [&] { return done_; })) {
-      throw TimeoutError(what_ + ": Work::wait gave up after " + std::to_string(timeout->count()) +
+      throw TimeoutError(std::string(op_) + " on group '" + group_->info.name +
+                         "': Work::wait gave up after " + std::to_string(timeout->count()) +
                          " ms; the collective is still queued or running on the group's "
                          "collective thread (it ends at its own deadline)");
     }
@@ -49,7 +51,8 @@ class CollWork : public Work {
   int source_rank() override { return -1; }
 
  private:
-  std::string what_;
+  const char* op_;
+  std::shared_ptr<GroupState> group_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool done_ = false;
@@ -206,8 +209,7 @@ std::shared_ptr<Work> run_collective(const std::shared_ptr<GroupState>& g, const
                                      const CollectiveOptions& options, CollBody body) {
   g->check_usable(op);
   CollState& cs = coll_state(*g);
-  std::string what = std::string(op) + " on group '" + g->info.name + "'";
-  auto work = std::make_shared<CollWork>(what);
+  auto work = std::make_shared<CollWork>(op, g);
   std::shared_ptr<CollQueue> q = cs.queue;
   if (!options.async_op) {
     run_blocking(*g, op, options, body);
@@ -216,7 +218,8 @@ std::shared_ptr<Work> run_collective(const std::shared_ptr<GroupState>& g, const
   }
   std::lock_guard<std::mutex> lk(q->mu);
   if (q->stop)
-    throw AbortedError(what + ": the group's collective thread has stopped (group destroyed)");
+    throw AbortedError(std::string(op) + " on group '" + g->info.name +
+                       "': the group's collective thread has stopped (group destroyed)");
   if (!cs.worker.joinable()) cs.worker = std::thread(worker_main, q);
   q->tasks.push_back([g, op, options, body = std::move(body), work] {
     try {
