@@ -30,6 +30,14 @@ constexpr Param kParams[] = {
    "are refused. tprun sets it; default 'default'.", "core"},
   {"TPCOMM_TIMEOUT", T::Duration, "300s", "",
    "Default deadline of blocking operations (process-group and store calls).", "core"},
+  {"TPCOMM_AUTH_SECRET", T::String, "", "",
+   "Shared secret of the job: tcp data connections prove knowledge of it by challenge and "
+   "response (HMAC-SHA256 over nonces from both sides; the secret never crosses the wire); a "
+   "peer without it, or with another, is refused with an error on both sides. Empty: off.",
+   "core"},
+  {"TPCOMM_AUTH_SECRET_FILE", T::String, "", "",
+   "File holding the shared secret (first line; used when TPCOMM_AUTH_SECRET is empty), so "
+   "that it does not show in the process environment.", "core"},
 
   // ---- stores ----
   {"TPCOMM_STORE_BACKLOG", T::Int, "4096", "1..1048576",

@@ -9,6 +9,7 @@
 
 #include <cstring>
 
+#include "core/auth.h"
 #include "core/log.h"
 #include "tpcomm/error.hpp"
 #include "transports/tcp/ifname.h"
@@ -51,6 +52,7 @@ void set_options(int fd, size_t bufsize) {
 
 TcpTransport::TcpTransport(const transport::TransportContext& ctx, const Options& opt)
     : ctx_(ctx), opt_(opt), regions_(std::make_shared<RegionTable>()) {
+  secret_ = auth::job_secret();
   scratch_.resize(64 * 1024);
   epoll_.reset(epoll_create1(EPOLL_CLOEXEC));
   if (!epoll_.valid())
@@ -225,7 +227,7 @@ void TcpTransport::refuse(Socket& s, const std::string& reason) {
   close_socket(s);
 }
 
-void TcpTransport::attach_accepted(Socket& s, const Hello& h) {
+void TcpTransport::attach_accepted(Socket& s, const Hello& h, const std::string& note) {
   auto it = endpoints_.find(h.src);
   TcpEndpoint* ep;
   if (it == endpoints_.end()) {
@@ -253,6 +255,7 @@ void TcpTransport::attach_accepted(Socket& s, const Hello& h) {
   s.state = Socket::State::Open;
   ep->sockets.push_back(&s);
   Ack a;
+  a.reason = note;  // the acceptor's proof when the peer was challenged
   uint8_t buf[kAckFixed + kMaxReason];
   size_t n = encode_ack(a, buf);
   if (::send(s.fd.get(), buf, n, MSG_NOSIGNAL | MSG_DONTWAIT) != static_cast<ssize_t>(n)) {
@@ -272,11 +275,17 @@ void TcpTransport::attach_accepted(Socket& s, const Hello& h) {
 
 int TcpTransport::handshake(Socket& s, transport::EventSink& sink) {
   uint8_t buf[1024];
-  size_t want = s.state == Socket::State::AwaitHello ? kHelloFixed : kAckFixed;
+  size_t want = s.state == Socket::State::AwaitHello  ? kHelloFixed
+                : s.state == Socket::State::AwaitAuth ? kAuthResponseSize
+                                                      : kAckFixed;
   for (;;) {
     std::string err;
     size_t need = 0;
     if (s.hs.size() >= want) {
+      if (s.state == Socket::State::AwaitAuth) {
+        auth_check_response(s);
+        return 0;
+      }
       if (s.state == Socket::State::AwaitHello) {
         Hello h;
         need = decode_hello(s.hs.data(), s.hs.size(), &h, &err);
@@ -295,13 +304,24 @@ int TcpTransport::handshake(Socket& s, transport::EventSink& sink) {
             refuse(s, "rank " + std::to_string(h.src) + " of a world of " +
                           std::to_string(h.world_size) + " does not fit this world of " +
                           std::to_string(ctx_.world_size));
-          else
+          else if (!secret_.empty()) {
+            s.hello = h;
+            auth_challenge(s);
+          } else {
             attach_accepted(s, h);
+          }
           return 0;
         }
       } else {
         Ack a;
         need = decode_ack(s.hs.data(), s.hs.size(), &a, &err);
+        if (need != 0 && need <= s.hs.size() && a.status == kAckChallenge) {
+          if (!auth_answer(s, a, sink)) return 1;
+          want = kAckFixed;  // then the final answer
+          continue;
+        }
+        if (need != 0 && need <= s.hs.size() && a.status == 0 && !auth_check_ack(s, a, sink))
+          return 1;
         if (need == 0 || (need <= s.hs.size() && a.status != 0)) {
           std::string why = need == 0 ? err : a.reason;
           fail_now(*s.ep, "connection to " + s.where + " refused: " + why, sink);
@@ -331,6 +351,13 @@ int TcpTransport::handshake(Socket& s, transport::EventSink& sink) {
     }
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return 0;
     std::string why = n == 0 ? std::string("closed during the handshake") : errno_text(errno);
+    if (s.state == Socket::State::AwaitAuth) {
+      TPLOG(WARN, TCP) << "rank " << ctx_.rank << ": rank " << s.hello.src << " at " << s.where
+                       << " closed the connection instead of answering the shared-secret "
+                       << "challenge (TPCOMM_AUTH_SECRET is set here: is it set there?)";
+      close_socket(s);
+      return 0;
+    }
     if (s.state == Socket::State::AwaitHello) {
       TPLOG(INFO, TCP) << "rank " << ctx_.rank << ": connection from " << s.where
                        << " dropped before its handshake: " << why;
@@ -494,6 +521,111 @@ void TcpTransport::shutdown_all() {
   for (auto& [raw, s] : sockets_) s->fd.reset();
   sockets_.clear();
   graveyard_.clear();
+}
+
+// ---- shared secret (TPCOMM_AUTH_SECRET) ----------------------------------------------------
+// Acceptor: hello ok -> ack status 2 "[challenge N_a]". Connector: "TPAR" N_c
+// HMAC(secret, "tcp-connector" | job | N_a | N_c). Acceptor: checks it -> ack status 0
+// "[proof HMAC(secret, "tcp-acceptor" | job | N_c | N_a)]", or refuses. Connector: checks
+// the proof. Each side proves itself on the other's fresh nonce; the secret never travels.
+
+void TcpTransport::auth_challenge(Socket& s) {
+  s.mine = auth::make_nonce();
+  Ack a;
+  a.status = kAckChallenge;
+  a.reason = "rank " + std::to_string(ctx_.rank) +
+             " requires the job's shared secret (set TPCOMM_AUTH_SECRET or "
+             "TPCOMM_AUTH_SECRET_FILE to the same value on every rank) [challenge " +
+             auth::hex(s.mine) + "]";
+  uint8_t buf[kAckFixed + kMaxReason];
+  size_t n = encode_ack(a, buf);
+  if (::send(s.fd.get(), buf, n, MSG_NOSIGNAL | MSG_DONTWAIT) != static_cast<ssize_t>(n)) {
+    close_socket(s);
+    return;
+  }
+  s.hs.clear();
+  s.state = Socket::State::AwaitAuth;
+}
+
+void TcpTransport::auth_check_response(Socket& s) {
+  const uint8_t* p = s.hs.data();
+  if (s.hs.size() < kAuthResponseSize || std::memcmp(p, "TPAR", 4) != 0) {
+    refuse(s, "rank " + std::to_string(s.hello.src) +
+                  " sent no answer to the shared-secret challenge (TPCOMM_AUTH_SECRET)");
+    return;
+  }
+  std::memcpy(s.theirs.data(), p + 4, 16);
+  crypto::Digest got;
+  std::memcpy(got.data(), p + 20, 32);
+  crypto::Digest want = auth::proof(secret_, "tcp-connector", ctx_.job_id, s.mine, s.theirs);
+  if (!crypto::digest_equal(got, want)) {
+    refuse(s, "rank " + std::to_string(s.hello.src) +
+                  " failed the shared-secret challenge: its TPCOMM_AUTH_SECRET differs from "
+                  "this rank's");
+    return;
+  }
+  crypto::Digest mine = auth::proof(secret_, "tcp-acceptor", ctx_.job_id, s.theirs, s.mine);
+  s.hs.clear();
+  attach_accepted(s, s.hello, "[proof " + auth::hex(mine) + "]");
+}
+
+bool TcpTransport::auth_answer(Socket& s, const Ack& a, transport::EventSink& sink) {
+  std::string peer = "rank " + std::to_string(s.ep->peer_) + " at " + s.where;
+  if (secret_.empty()) {
+    fail_now(
+        *s.ep,
+        "connection to " + peer + " refused: " + a.reason + "; this rank has no TPCOMM_AUTH_SECRET",
+        sink);
+    return false;
+  }
+  size_t at = a.reason.rfind("[challenge ");
+  if (s.challenged || at == std::string::npos ||
+      !auth::unhex(std::string_view(a.reason).substr(at + 11, 32), s.theirs)) {
+    fail_now(*s.ep, "connection to " + peer + ": malformed shared-secret challenge", sink);
+    return false;
+  }
+  s.mine = auth::make_nonce();
+  crypto::Digest pr = auth::proof(secret_, "tcp-connector", ctx_.job_id, s.theirs, s.mine);
+  uint8_t out[kAuthResponseSize];
+  std::memcpy(out, "TPAR", 4);
+  std::memcpy(out + 4, s.mine.data(), 16);
+  std::memcpy(out + 20, pr.data(), 32);
+  if (::send(s.fd.get(), out, sizeof out, MSG_NOSIGNAL | MSG_DONTWAIT) !=
+      static_cast<ssize_t>(sizeof out)) {
+    fail_now(*s.ep,
+             "connection to " + peer +
+                 ": answering the shared-secret challenge failed: " + errno_text(errno),
+             sink);
+    return false;
+  }
+  s.challenged = true;
+  s.hs.clear();
+  return true;
+}
+
+bool TcpTransport::auth_check_ack(Socket& s, const Ack& a, transport::EventSink& sink) {
+  if (secret_.empty()) return true;
+  std::string peer = "rank " + std::to_string(s.ep->peer_) + " at " + s.where;
+  if (!s.challenged) {
+    fail_now(*s.ep,
+             "connection to " + peer + " refused here: that rank accepted it without " +
+                 "asking for the shared secret (TPCOMM_AUTH_SECRET is set on this rank, " +
+                 "not there)",
+             sink);
+    return false;
+  }
+  crypto::Digest want = auth::proof(secret_, "tcp-acceptor", ctx_.job_id, s.mine, s.theirs);
+  size_t at = a.reason.rfind("[proof ");
+  crypto::Digest got{};
+  if (at == std::string::npos || !auth::unhex(std::string_view(a.reason).substr(at + 7, 64), got) ||
+      !crypto::digest_equal(got, want)) {
+    fail_now(*s.ep,
+             "connection to " + peer + " refused here: that rank did not prove the " +
+                 "job's shared secret (its TPCOMM_AUTH_SECRET differs)",
+             sink);
+    return false;
+  }
+  return true;
 }
 
 }  // namespace tpcomm::tcp

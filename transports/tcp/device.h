@@ -6,6 +6,7 @@
 
 #include <poll.h>
 
+#include <array>
 #include <deque>
 #include <map>
 #include <memory>
@@ -53,13 +54,19 @@ struct SendItem {
 };
 
 struct Socket {
-  enum class State { AwaitAck, AwaitHello, Open, Closed };
+  /// AwaitAuth: the accepting side challenged the peer (shared secret) and waits for its
+  /// response.
+  enum class State { AwaitAck, AwaitHello, AwaitAuth, Open, Closed };
   net::Fd fd;
   State state = State::Closed;
   TcpEndpoint* ep = nullptr;
   bool initiated = false;
   std::string where;        ///< peer address, for messages
   std::vector<uint8_t> hs;  ///< handshake bytes received so far
+  // shared-secret handshake (TPCOMM_AUTH_SECRET; the end of device.cc)
+  Hello hello;  ///< accepting side: the hello, attached once authenticated
+  std::array<uint8_t, 16> mine{}, theirs{};  ///< this side's and the peer's nonce
+  bool challenged = false;                   ///< connecting side: answered the peer's challenge
   // receive
   std::vector<uint8_t> rbuf;
   size_t rhead = 0, rtail = 0;
@@ -162,7 +169,14 @@ class TcpTransport : public transport::Transport {
   int handle_ready(Socket* s, bool in, bool out, transport::EventSink& sink);
   int handshake(Socket& s, transport::EventSink& sink);
   int read_frames(Socket& s, transport::EventSink& sink);
-  void attach_accepted(Socket& s, const Hello& h);
+  void attach_accepted(Socket& s, const Hello& h, const std::string& note = "");
+  // Shared secret (end of device.cc). Accepting side: challenge a peer whose hello passed; check
+  // its response (the bytes in s.hs). Connecting side: answer a challenge; check the acceptor's
+  // proof in its final ack. Each returns false after refusing or failing the connection.
+  void auth_challenge(Socket& s);
+  void auth_check_response(Socket& s);
+  bool auth_answer(Socket& s, const Ack& a, transport::EventSink& sink);
+  bool auth_check_ack(Socket& s, const Ack& a, transport::EventSink& sink);
   void refuse(Socket& s, const std::string& reason);
   void fail_now(TcpEndpoint& ep, const std::string& reason, transport::EventSink& sink);
   void close_socket(Socket& s);
@@ -175,6 +189,7 @@ class TcpTransport : public transport::Transport {
   net::Fd listener_;
   net::Fd epoll_;
   std::string listen_addr_;  ///< "ip:port" published to peers
+  std::string secret_;       ///< TPCOMM_AUTH_SECRET ("" : no challenge)
   std::string local_ip_;     ///< bind address of outgoing sockets (explicit address only)
   std::unordered_map<int, std::unique_ptr<TcpEndpoint>> endpoints_;
   std::unordered_map<Socket*, std::unique_ptr<Socket>> sockets_;

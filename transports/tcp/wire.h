@@ -40,6 +40,12 @@ size_t decode_hello(const uint8_t* p, size_t n, Hello* h, std::string* error);
 size_t encode_ack(const Ack& a, uint8_t* out);  // out holds kAckFixed + kMaxReason
 size_t decode_ack(const uint8_t* p, size_t n, Ack* a, std::string* error);
 
+/// Ack status of the shared-secret challenge (reason ends with "[challenge <32 hex>]", the
+/// acceptor's nonce). The connector answers with kAuthResponseSize bytes: "TPAR", its nonce
+/// (16), HMAC proof (32); the final ack (status 0) carries "[proof <64 hex>]".
+inline constexpr uint16_t kAckChallenge = 2;
+inline constexpr size_t kAuthResponseSize = 4 + 16 + 32;
+
 enum class FrameKind : uint8_t { Msg = 1, Put = 2, Bye = 3 };
 
 /// Header of every frame after the handshake (48 bytes). Msg: `len` payload bytes follow.
