@@ -1,0 +1,54 @@
+// Registration of the ibverbs transport: its TPCOMM_IBVERBS_LIB / TPCOMM_IB_* variables and its
+// factory. See docs/ibverbs.md.
+#include "core/config.h"
+#include "tpcomm/transport/transport.hpp"
+#include "transports/ibverbs/options.h"
+
+namespace tpcomm::ibv {
+namespace {
+
+using config::Param;
+using T = config::Type;
+
+// clang-format off
+constexpr Param kParams[] = {
+  {"TPCOMM_IBVERBS_LIB", T::String, "libibverbs.so.1", "",
+   "ibverbs transport: the verbs library opened at run time (tests point it at the test device "
+   "libtpcomm_fake_verbs.so); when it cannot be loaded the transport is unavailable.", "ibverbs"},
+  {"TPCOMM_IB_GID_INDEX", T::Int, "-1", "-1..255",
+   "ibverbs transport: GID index used on RoCE ports; -1 chooses by type (RoCE v2 first, IPv4-"
+   "mapped before IPv6), as NCCL_IB_GID_INDEX.", "ibverbs"},
+  {"TPCOMM_IB_QPS_PER_CONNECTION", T::Int, "1", "1..16",
+   "ibverbs transport: RC queue pairs per peer; large puts are striped over them.", "ibverbs"},
+  {"TPCOMM_IB_RETRY_CNT", T::Int, "7", "0..7",
+   "ibverbs transport: transport retry count of RC queue pairs (ibv_qp_attr.retry_cnt).",
+   "ibverbs"},
+  {"TPCOMM_IB_TIMEOUT", T::Int, "18", "1..31",
+   "ibverbs transport: local ACK timeout of RC queue pairs, 4.096 us * 2^value (18: ~1 s), as "
+   "NCCL_IB_TIMEOUT.", "ibverbs"},
+};
+// clang-format on
+
+}  // namespace
+
+Options Options::from_env() {
+  Options o;
+  o.library = config::get_string("TPCOMM_IBVERBS_LIB");
+  o.hca = config::get_string("TPCOMM_IB_HCA");
+  o.gid_index = static_cast<int>(config::get_int("TPCOMM_IB_GID_INDEX"));
+  o.timeout = static_cast<int>(config::get_int("TPCOMM_IB_TIMEOUT"));
+  o.retry_cnt = static_cast<int>(config::get_int("TPCOMM_IB_RETRY_CNT"));
+  o.qps_per_connection = static_cast<int>(config::get_int("TPCOMM_IB_QPS_PER_CONNECTION"));
+  return o;
+}
+
+}  // namespace tpcomm::ibv
+
+namespace tpcomm::transport {
+
+// The transport's name is registered together with its data path (issue 8, step 3): until
+// then only the variables are, so that the generic p2p tests, which run over every registered
+// transport, do not pick up a transport that cannot move data yet.
+void register_ibverbs_transport() { config::register_params(ibv::kParams); }
+
+}  // namespace tpcomm::transport
