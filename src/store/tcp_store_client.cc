@@ -12,6 +12,7 @@
 #include <cstring>
 #include <thread>
 
+#include "core/auth.h"
 #include "core/config.h"
 #include "core/log.h"
 #include "store/store_util.h"
@@ -70,6 +71,7 @@ TCPStoreClient::TCPStoreClient(const std::string& host, uint16_t port, const std
       peer_name_("TCPStore " + addr_),
       job_id_(resolve_store_job_id(job_id)) {
   spin_ = store_spin_from_registry();
+  secret_ = auth::job_secret();
   reply_limits_.max_key = 1u << 20;
   reply_limits_.max_value = uint64_t{1} << 40;
   Deadline deadline = Deadline::after(timeout);
@@ -97,12 +99,16 @@ uint32_t TCPStoreClient::new_id() {
 
 void TCPStoreClient::hello_round(const std::string& job_id, uint32_t flags, Deadline deadline,
                                  std::chrono::milliseconds timeout) {
+  std::string me = net::hostname() + ":" + std::to_string(::getpid());
+  auth::Nonce mine{}, theirs{};
+  bool challenged = false;
+again:
   uint32_t id = new_id();
   wbuf_.clear();
   Writer w(&wbuf_);
   w.begin(Op::kHello, id);
   w.str(job_id);
-  w.str(net::hostname() + ":" + std::to_string(::getpid()));
+  w.str(me);
   w.u32(flags);
   w.end();
   send_request(deadline, What{"the handshake"});
@@ -115,15 +121,48 @@ void TCPStoreClient::hello_round(const std::string& job_id, uint32_t flags, Dead
     fd_.reset();
     throw TimeoutError(broken_);
   }
+  std::string msg(reply_.message);
+  if (reply_.op == static_cast<uint8_t>(Op::kError) &&
+      reply_.code == store_wire::ErrorCode::kAuthRequired && !secret_.empty() && !challenged) {
+    // Shared secret: answer the challenge with a nonce of ours and the proof, in a new hello.
+    size_t at = msg.rfind("[challenge ");
+    if (at == std::string::npos || !auth::unhex(std::string_view(msg).substr(at + 11, 32), theirs))
+      fail("TCPStore at " + addr_ + ": malformed shared-secret challenge");
+    mine = auth::make_nonce();
+    me += " [response " + auth::hex(mine) +
+          auth::hex(auth::proof(secret_, "store-client", job_id, theirs, mine)) + "]";
+    challenged = true;
+    goto again;
+  }
   if (reply_.op == static_cast<uint8_t>(Op::kError)) {
-    std::string msg(reply_.message);
     broken_ = "TCPStore at " + addr_ + " refused this client: " + msg;
+    if (reply_.code == store_wire::ErrorCode::kAuthRequired)
+      broken_ += "; this client has no TPCOMM_AUTH_SECRET";
     fd_.reset();
     throw StoreError(broken_);
   }
   if (reply_.op != static_cast<uint8_t>(Op::kHelloOk)) {
     fail("TCPStore at " + addr_ + ": unexpected " + std::to_string(reply_.op) +
          " reply to the handshake; is it a tpcomm store of the same version?");
+  }
+  if (!secret_.empty()) {
+    // The server proves the secret too, on our nonce.
+    std::string server(reply_.server);
+    size_t at = server.rfind(" [proof ");
+    crypto::Digest got{};
+    bool ok = challenged && at != std::string::npos && server.size() == at + 8 + 64 + 1 &&
+              auth::unhex(std::string_view(server).substr(at + 8, 64), got) &&
+              crypto::digest_equal(got, auth::proof(secret_, "store-server", job_id, mine, theirs));
+    if (!ok) {
+      broken_ = "TCPStore at " + addr_ + " refused by this client: " +
+                (challenged ? std::string("the server did not prove the job's shared secret (its "
+                                          "TPCOMM_AUTH_SECRET differs)")
+                            : std::string("the server accepted it without asking for the shared "
+                                          "secret (TPCOMM_AUTH_SECRET is set here, not on the "
+                                          "server)"));
+      fd_.reset();
+      throw StoreError(broken_);
+    }
   }
 }
 

@@ -94,6 +94,7 @@ class TCPStoreClient {
   std::string addr_;
   std::string peer_name_;  // "TCPStore host:port" for socket-level messages
   std::string job_id_;
+  std::string secret_;  ///< TPCOMM_AUTH_SECRET ("": none; a challenging server is refused)
   net::Fd fd_;
   uint32_t next_id_ = 1;
   std::vector<uint8_t> wbuf_;

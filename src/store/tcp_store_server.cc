@@ -15,6 +15,7 @@
 #include <cstring>
 #include <random>
 
+#include "core/auth.h"
 #include "core/config.h"
 #include "core/log.h"
 #include "net/socket.h"
@@ -78,6 +79,7 @@ TCPStoreServer::Impl::Impl(const TCPStoreServerConfig& c) : cfg(c) {
   limits.max_key = c.max_key;
   limits.max_value = c.max_value;
   self_desc = net::hostname() + ":" + std::to_string(::getpid());
+  secret = auth::job_secret();
   net::Fd lfd = net::listen_on(c.host, c.port, c.backlog, /*nonblocking=*/true);
   bound_port = net::local_address(lfd.get()).port();
   listen_fd = lfd.release();
@@ -570,13 +572,15 @@ void TCPStoreServer::Impl::handle_hello(Conn& c, const Header& h, const uint8_t*
     c.close_after_flush = true;
     return;
   }
+  std::string note;
+  if (!secret.empty() && !authenticate(c, h.id, &note)) return;
   if (req.hello_flags & store_wire::kHelloAskLocal) {
     // Only asking where the local socket is: answer, and wait for the real hello (here, or
     // on the local socket, after which the client closes this connection).
     c.asked_local = true;
     store_wire::Writer w(&c.out);
     w.begin(Op::kHelloOk, h.id);
-    w.str(self_desc);
+    w.str(self_desc + note);
     w.u64(cfg.max_key);
     w.u64(cfg.max_value);
     w.str(local_name);
@@ -595,12 +599,52 @@ void TCPStoreServer::Impl::handle_hello(Conn& c, const Header& h, const uint8_t*
                      << c.peer << " (" << clients << " connected)";
   store_wire::Writer w(&c.out);
   w.begin(Op::kHelloOk, h.id);
-  w.str(self_desc);
+  w.str(self_desc + note);
   w.u64(cfg.max_key);
   w.u64(cfg.max_value);
   w.str(std::string_view());
   w.end();
   mark_dirty(c);
+}
+
+bool TCPStoreServer::Impl::authenticate(Conn& c, uint32_t req_id, std::string* note) {
+  if (!c.challenged) {
+    c.challenged = true;
+    c.nonce = auth::make_nonce();
+    reply_error(c, req_id, ErrorCode::kAuthRequired,
+                "the TCPStore at " + addr +
+                    " requires the job's shared secret (set TPCOMM_AUTH_SECRET or "
+                    "TPCOMM_AUTH_SECRET_FILE to the same value on the server and every client) "
+                    "[challenge " +
+                    auth::hex(c.nonce) + "]");
+    return false;
+  }
+  c.challenged = false;  // a later hello on this connection gets a fresh challenge
+  const std::string tag = " [response ";
+  size_t at = c.client.rfind(tag);
+  std::array<uint8_t, 16> theirs{};
+  crypto::Digest got{};
+  std::string_view rest = at == std::string::npos
+                              ? std::string_view()
+                              : std::string_view(c.client).substr(at + tag.size());
+  bool ok =
+      rest.size() == 32 + 64 + 1 && rest.back() == ']' && auth::unhex(rest.substr(0, 32), theirs) &&
+      auth::unhex(rest.substr(32, 64), got) &&
+      crypto::digest_equal(got, auth::proof(secret, "store-client", cfg.job_id, c.nonce, theirs));
+  if (at != std::string::npos) c.client.resize(at);
+  if (!ok) {
+    TPLOG(WARN, STORE) << "TCPStore server " << addr << ": refused " << c.peer << " (" << c.client
+                       << "): it failed the shared-secret challenge (TPCOMM_AUTH_SECRET)";
+    reply_error(c, req_id, ErrorCode::kAuthFailed,
+                "the TCPStore at " + addr +
+                    " refused this client: it failed the shared-secret challenge (its "
+                    "TPCOMM_AUTH_SECRET differs from the server's)");
+    c.close_after_flush = true;
+    return false;
+  }
+  *note = " [proof " + auth::hex(auth::proof(secret, "store-server", cfg.job_id, theirs, c.nonce)) +
+          "]";
+  return true;
 }
 
 void TCPStoreServer::Impl::shutdown_all() {

@@ -5,6 +5,7 @@
 
 #include <sys/socket.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -79,6 +80,8 @@ struct Conn {
   bool dirty = false;
   bool paused = false;  // not reading: too many unread replies
   bool close_after_flush = false;
+  bool challenged = false;                            // shared-secret challenge sent
+  std::array<uint8_t, 16> nonce{};                    // the challenge's nonce
   std::vector<std::pair<uint32_t, uint64_t>> parked;  // (request id, waiter id)
 };
 
@@ -137,6 +140,10 @@ struct TCPStoreServer::Impl {
   store_wire::Limits limits;
   std::string addr;       // "host:port" for messages
   std::string self_desc;  // "host:pid"
+  std::string secret;     // TPCOMM_AUTH_SECRET ("": clients are not challenged)
+  /// Shared secret: challenges a client whose hello passed, or checks its response (strips
+  /// it from c.client and sets `*note` to the server's proof). False: answered, stop here.
+  bool authenticate(Conn& c, uint32_t req_id, std::string* note);
   uint16_t bound_port = 0;
   int listen_fd = -1, wake_fd = -1, epoll_fd = -1, reserve_fd = -1;
   int local_fd = -1;       // abstract Unix socket for clients of this host (-1: none)

@@ -107,6 +107,12 @@ enum class ErrorCode : uint16_t {
   kTooManyClients = 5,  ///< TPCOMM_STORE_MAX_CLIENTS reached
   kNotCounter = 6,      ///< add() on a value that is not an integer
   kShuttingDown = 7,    ///< the server is stopping
+  /// The server has a shared secret (TPCOMM_AUTH_SECRET): the message ends with
+  /// "[challenge <32 hex>]"; the client says HELLO again, its client field ending with
+  /// " [response <32 hex nonce><64 hex HMAC proof>]"; HELLO_OK's server field then ends with
+  /// " [proof <64 hex>]", the server's proof. The connection stays open.
+  kAuthRequired = 8,
+  kAuthFailed = 9,  ///< wrong proof: the connection is closed after the reply
 };
 
 /// Size limits of keys, values and frames.

@@ -157,5 +157,66 @@ TEST(Auth, SecretFromAFile) {
   EXPECT_RANKS_OK(r);
 }
 
+// ---- the TCPStore ----------------------------------------------------------------------
+
+void use_secret(const char* secret) {
+  if (secret)
+    setenv("TPCOMM_AUTH_SECRET", secret, 1);
+  else
+    unsetenv("TPCOMM_AUTH_SECRET");
+  config::reload();
+}
+
+// The StoreError of connecting a client under `client_secret` to `port` ("" if it connects).
+std::string connect_error(uint16_t port, const char* client_secret) {
+  use_secret(client_secret);
+  try {
+    TCPStore client("127.0.0.1", port, -1, false, seconds(20));
+    client.set("k", "v");
+    EXPECT_EQ(client.get_string("k"), "v");
+  } catch (const StoreError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+class StoreAuth : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override {
+    setenv("TPCOMM_STORE_LOCAL_SOCKET", GetParam() ? "1" : "0", 1);
+    config::reload();
+  }
+  void TearDown() override {
+    unsetenv("TPCOMM_STORE_LOCAL_SOCKET");
+    use_secret(nullptr);
+  }
+};
+
+TEST_P(StoreAuth, SameSecretConnectsOthersAreRefused) {
+  use_secret("s1");
+  TCPStore server("127.0.0.1", 0, -1, true, seconds(20), false);
+  uint16_t port = server.port();
+  EXPECT_EQ(connect_error(port, "s1"), "");
+  std::string err = connect_error(port, "other");
+  EXPECT_TRUE(contains(err, "failed the shared-secret challenge")) << err;
+  EXPECT_TRUE(contains(err, "TPCOMM_AUTH_SECRET differs")) << err;
+  err = connect_error(port, nullptr);
+  EXPECT_TRUE(contains(err, "requires the job's shared secret")) << err;
+  EXPECT_TRUE(contains(err, "this client has no TPCOMM_AUTH_SECRET")) << err;
+  // The server still serves its own client.
+  server.set("x", "1");
+  EXPECT_EQ(server.get_string("x"), "1");
+}
+
+TEST_P(StoreAuth, ClientWithASecretRefusesAServerWithout) {
+  use_secret(nullptr);
+  TCPStore server("127.0.0.1", 0, -1, true, seconds(20), false);
+  std::string err = connect_error(server.port(), "s1");
+  EXPECT_TRUE(contains(err, "without asking for the shared secret")) << err;
+}
+
+INSTANTIATE_TEST_SUITE_P(Auth, StoreAuth, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "local_socket" : "tcp"; });
+
 }  // namespace
 }  // namespace tpcomm::testing
