@@ -13,6 +13,7 @@
 #include "core/config.h"
 #include "core/log.h"
 #include "p2p/engine_internal.h"
+#include "p2p/link_choice.h"
 #include "tpcomm/error.hpp"
 
 namespace tpcomm::p2p {
@@ -69,6 +70,10 @@ std::shared_ptr<Engine> Engine::create(const Options& options) {
   ev.data.fd = e->wake_fd_;
   epoll_ctl(e->epoll_fd_, EPOLL_CTL_ADD, e->wake_fd_, &ev);
   e->prepare_backend(options.backend);
+  std::vector<std::string> usable;
+  for (auto& s : e->slots_)
+    if (s->tr) usable.push_back(s->name);
+  e->topo_ = publish_summary(*options.store, options.rank, options.host_id, usable);
   // Last: a peer that sees the host id finds the addresses too (Engine::link_for).
   options.store->set("link/host/" + std::to_string(options.rank), options.host_id);
   e->progress_thread_ = std::thread([raw = e.get()] { raw->progress_thread_main(); });
@@ -218,7 +223,36 @@ std::string Engine::peer_host(int peer) {
 // ends run, that reaches the peer (host-only transports need the same host id), in the
 // order TPCOMM_TRANSPORT gives or, by default, host-local transports first, then by
 // advertised bandwidth. Symmetric: both ends see the same facts.
-std::string Engine::choose_locked(const std::string& backend, int peer) {
+std::string Engine::choose_locked(const std::string& backend, int peer, std::string* reason) {
+  std::string topo_note;
+  if (is_auto(backend) && topo_ && topo_->ok) {
+    std::optional<topo::Summary> ps = peer_summary(*topo_, *opt_.store, peer);  // cached
+    if (ps) {
+      std::vector<std::string> available;
+      for (const std::string& n : candidates_locked(backend)) {
+        Slot* s = make_slot_locked(n);
+        if (s->tr) available.push_back(n);
+      }
+      topo::LinkChoice c = topo::select_link(topo_->mine, *ps, available,
+                                             topo::SelectOptions::from_config());
+      Slot* s = c.ok() ? find_slot_locked(c.transport) : nullptr;
+      if (s && s->tr) {
+        std::vector<uint8_t> addr = peer_address(s->name, peer);
+        if (!addr.empty() && addr[0] == 1) {
+          *reason = c.reason;
+          return c.transport;
+        }
+        topo_note = "topology chose " + c.transport + " (" + c.reason + ") but rank " +
+                    std::to_string(peer) + " published no usable " + c.transport + " address";
+      } else {
+        topo_note = "topology found no transport (" + c.reason + ")";
+      }
+    } else {
+      topo_note = "rank " + std::to_string(peer) + " published no topology summary";
+    }
+  } else if (is_auto(backend) && topo_) {
+    topo_note = "no topology summary here (" + topo_->error + ")";
+  }
   std::vector<Slot*> order;
   std::vector<std::string> wanted, excluded;
   if (is_auto(backend)) transport_filter(&wanted, &excluded);
@@ -260,8 +294,12 @@ std::string Engine::choose_locked(const std::string& backend, int peer) {
            ")");
       continue;
     }
+    *reason = !is_auto(backend) ? "backend '" + backend + "' asks for it"
+              : "fallback order (" + (topo_note.empty() ? std::string("TPCOMM_TRANSPORT") : topo_note) +
+                    "): first transport both ranks run that reaches the peer" + tried;
     return s->name;
   }
+  if (!topo_note.empty()) tried = "\n  " + topo_note + tried;
   throw TransportError("no transport connects rank " + std::to_string(opt_.rank) + " to rank " +
                        std::to_string(peer) + " for backend '" + backend +
                        "':" + (tried.empty() ? std::string(" none is built in") : tried));
@@ -308,6 +346,7 @@ Link* Engine::link_for(std::unique_lock<std::mutex>& lk, const std::string& back
   // before its host, so those lookups below find them at once.
   lk.unlock();
   peer_host(peer);
+  if (topo_ && topo_->ok) peer_summary(*topo_, *opt_.store, peer);  // published before the host
   lk.lock();
   if (shut_down_)
     throw AbortedError("rank " + std::to_string(opt_.rank) +
@@ -315,13 +354,22 @@ Link* Engine::link_for(std::unique_lock<std::mutex>& lk, const std::string& back
                        std::to_string(peer));
   it = chosen_.find(key);
   if (it != chosen_.end()) return it->second;
-  std::string name = choose_locked(backend, peer);
+  std::string reason;
+  std::string name = choose_locked(backend, peer, &reason);
   Slot* s = find_slot_locked(name);
   Link* l = link_locked(*s, peer);
+  l->reason = reason;
   chosen_[key] = l;
   TPLOG(INFO, P2P) << "rank " << opt_.rank << " -> rank " << peer << ": " << name << " (host '"
-                   << opt_.host_id << "' / '" << peer_host(peer) << "', backend " << backend << ")";
+                   << opt_.host_id << "' / '" << peer_host(peer) << "', backend " << backend
+                   << "): " << reason;
   return l;
+}
+
+Engine::LinkDescription Engine::describe_link(const std::string& backend, int peer) {
+  std::unique_lock<std::mutex> lk(mu_);
+  Link* l = link_for(lk, backend, peer);
+  return {l->slot->name, l->reason};
 }
 
 std::string Engine::transport_for(const std::string& backend, int peer) {

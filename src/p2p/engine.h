@@ -34,6 +34,7 @@
 namespace tpcomm::p2p {
 
 class Engine;
+struct TopoState;  // link_choice.h
 
 /// One transport instance and what the engine knows about it.
 struct Slot;
@@ -65,6 +66,7 @@ struct Link {
   uint32_t slots = 0;
   std::deque<Pending> queue;
   bool failed = false;
+  std::string reason;  ///< why this transport joins the pair (topology choice or fallback)
 };
 
 /// Group facts the engine uses to validate and to describe operations.
@@ -135,6 +137,13 @@ class Engine : public std::enable_shared_from_this<Engine> {
 
   /// Name of the transport used to reach `peer` for `backend` (for logs and tests); connects.
   std::string transport_for(const std::string& backend, int peer);
+
+  /// The transport that joins this rank to `peer` for `backend` and why (connects).
+  struct LinkDescription {
+    std::string transport;
+    std::string reason;
+  };
+  LinkDescription describe_link(const std::string& backend, int peer);
   /// Capabilities (latency and bandwidth hints) of the transport reaching `peer`; connects.
   transport::Capabilities link_capabilities(const std::string& backend, int peer);
   /// The host id `peer` published (TPCOMM_HOSTID or host name + boot id); blocks on the store
@@ -159,7 +168,9 @@ class Engine : public std::enable_shared_from_this<Engine> {
   Slot* make_slot_locked(const std::string& name);
   Slot* find_slot_locked(const std::string& name);
   std::vector<std::string> candidates_locked(const std::string& backend);
-  std::string choose_locked(const std::string& backend, int peer);
+  /// The transport for `peer`: the topology's choice (select_link on both summaries) when
+  /// the backend is auto and both ranks have one, else the fallback order; `reason` says why.
+  std::string choose_locked(const std::string& backend, int peer, std::string* reason);
   std::vector<uint8_t> peer_address(const std::string& transport, int peer);  // no lock
   Link* link_locked(Slot& s, int peer);  // connects when needed; address must be cached
   /// The link to `peer` for `backend` (backend_id: its index from add_group, or -1 to look it
@@ -224,6 +235,8 @@ class Engine : public std::enable_shared_from_this<Engine> {
   struct SeqKey {
     uint64_t group;
     int32_t dst;
+  std::unique_ptr<TopoState> topo_;  // this rank's topology summary, peers' summaries
+
     int32_t tag;
     friend bool operator==(const SeqKey&, const SeqKey&) = default;
   };
