@@ -14,7 +14,11 @@ TEST(TwoHosts, ShmWithinAHostTcpBetweenHosts) {
   if (!transport::has_transport("shm") || !transport::has_transport("tcp"))
     GTEST_SKIP() << "needs both the shm and tcp transports";
   RunOptions opt;
-  opt.env = {{"TPCOMM_DEBUG", "info"}, {"TPCOMM_DEBUG_SUBSYS", "p2p,tcp"}};
+  // Between hosts the topology prefers ibverbs, then UCX, then tcp; this test is about tcp
+  // (tests/topology/links_test.cc checks the UCX choice where UCX is usable).
+  opt.env = {{"TPCOMM_DEBUG", "info"},
+             {"TPCOMM_DEBUG_SUBSYS", "p2p,tcp"},
+             {"TPCOMM_TRANSPORT", "^ucx,^ibverbs"}};
   opt.rank_env = [](int rank) {
     std::map<std::string, std::string> e;
     e["TPCOMM_HOSTID"] = rank < 2 ? "hostA" : "hostB";

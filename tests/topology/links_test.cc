@@ -17,6 +17,7 @@
 
 #include "pg/link_report.h"
 #include "tpcomm/error.hpp"
+#include "tpcomm/process_group.hpp"
 #include "tpcomm/store.hpp"
 
 namespace tpcomm::tpinfo {
@@ -156,6 +157,17 @@ TEST(TpinfoLinks, TwoHostsShowShmWithinAndTcpBetween) {
   EXPECT_TRUE(has(out, "12/12 links ok")) << out;
   // The other ranks print nothing but logs.
   EXPECT_FALSE(has(j.outputs[1], "Links:")) << j.outputs[1];
+}
+
+TEST(TpinfoLinks, BetweenHostsUcxIsPreferredWhereUsable) {
+  if (!is_ucx_available()) GTEST_SKIP() << "UCX is not built in or not usable here";
+  TwoHostJob j = run_two_host_job({"TPCOMM_TRANSPORT=^ibverbs"}, {});
+  for (int c : j.codes) ASSERT_EQ(c, 0) << all_output(j);
+  const std::string& out = j.outputs[0];
+  EXPECT_TRUE(has(out, "  0    -    shm  ucx  ucx")) << out;
+  EXPECT_TRUE(has(out, "ucx for 0->2")) << out;
+  EXPECT_TRUE(has(out, "different hosts 'hostA' and 'hostB'")) << out;
+  EXPECT_TRUE(has(out, "12/12 links ok")) << out;
 }
 
 TEST(TpinfoLinks, UnservableLinksAreReportedWithAdvice) {
