@@ -1,6 +1,6 @@
-// Tier (b): every collective through ProcessGroup over shm and tcp, with 1, 2, 3, 4, 5 and 8
-// forked ranks, dtypes int32/float32/bfloat16/float64, element counts 0, 1, 7 and one not
-// divisible by the group size; one 64 MiB all_reduce.
+// Tier (b): every collective through ProcessGroup over shm, tcp and UCX (its tcp and shared
+// memory), with 1, 2, 3, 4, 5 and 8 forked ranks, dtypes int32/float32/bfloat16/float64,
+// element counts 0, 1, 7 and one not divisible by the group size; one 64 MiB all_reduce.
 #include "pg_coll/pg_coll_util.h"
 
 namespace tpcomm::testing {
@@ -9,10 +9,12 @@ namespace {
 struct Case {
   std::string transport;
   int ranks;
+  std::string ucx_tls = "";  ///< TPCOMM_UCX_TLS for the ucx cases
 };
 
 void PrintTo(const Case& c, std::ostream* os) {
-  *os << c.transport << " x " << c.ranks << " ranks";
+  *os << c.transport << (c.ucx_tls.empty() ? "" : "(" + c.ucx_tls + ")") << " x " << c.ranks
+      << " ranks";
 }
 
 // rank a sends s(a, b) elements to rank b in the uneven all_to_all_single.
@@ -155,6 +157,11 @@ class Ops : public ::testing::TestWithParam<Case> {};
 
 TEST_P(Ops, EveryOperationDTypeAndSize) {
   Case c = GetParam();
+  RunOptions opt;
+  if (c.transport == "ucx") {
+    if (!is_ucx_available()) GTEST_SKIP() << "UCX is not built in or not usable here";
+    opt.env = {{"TPCOMM_UCX_TLS", c.ucx_tls}};
+  }
   auto r = run_ranks(c.ranks, [&](RankContext& ctx) {
     auto pg = make_world(ctx, c.transport);
     const size_t odd = static_cast<size_t>(3 * c.ranks + 1);  // not divisible by the group size
@@ -182,7 +189,7 @@ TEST_P(Ops, EveryOperationDTypeAndSize) {
     pg->all_reduce(x.tensor(), ReduceOp::BOR);
     EXPECT_EQ(first_wrong(x, [&](size_t) { return (1 << pg->size()) - 1; }), -1);
     pg->destroy();
-  });
+  }, opt);
   EXPECT_RANKS_OK(r);
 }
 
@@ -190,9 +197,14 @@ INSTANTIATE_TEST_SUITE_P(PgColl, Ops,
                          ::testing::Values(Case{"shm", 1}, Case{"shm", 2}, Case{"shm", 3},
                                            Case{"shm", 4}, Case{"shm", 5}, Case{"shm", 8},
                                            Case{"tcp", 1}, Case{"tcp", 2}, Case{"tcp", 3},
-                                           Case{"tcp", 4}, Case{"tcp", 5}, Case{"tcp", 8}),
+                                           Case{"tcp", 4}, Case{"tcp", 5}, Case{"tcp", 8},
+                                           // UCX over its tcp and its shared memory
+                                           Case{"ucx", 2, "tcp"}, Case{"ucx", 3, "tcp"},
+                                           Case{"ucx", 2, "shm,self"}, Case{"ucx", 4, "shm,self"}),
                          [](const ::testing::TestParamInfo<Case>& i) {
-                           return i.param.transport + "_" + std::to_string(i.param.ranks);
+                           std::string tls = i.param.ucx_tls.substr(0, i.param.ucx_tls.find(','));
+                           return i.param.transport + (tls.empty() ? "" : "_" + tls) + "_" +
+                                  std::to_string(i.param.ranks);
                          });
 
 // One large all_reduce per transport (64 MiB of float32 over shm, 16 MiB over tcp).
