@@ -149,6 +149,7 @@ std::mutex g_mu;
 std::vector<Ctx*> g_ctxs;
 std::atomic<int> g_port_state{IBV_PORT_ACTIVE};
 std::atomic<uint32_t> g_ctx_counter{0};
+std::atomic<uint32_t> g_qp_counter{0};
 ibv_device g_dev = [] {
   ibv_device d{};
   d.node_type = IBV_NODE_CA;
@@ -423,7 +424,7 @@ void rx(Qp* q, int64_t now) {
         break;  // receiver not ready: wait for a receive (the HCA thread retries)
       }
       q->rnr_since = 0;
-      if (p->type == kWrite || p->type == kWriteImm) {
+      if ((p->type == kWrite || p->type == kWriteImm) && p->total > 0) {  // 0 bytes: no key
         Mr* m = find_mr(c, p->rkey);
         if (m == nullptr || m->mr.pd != q->qp.pd || !(m->access & IBV_ACCESS_REMOTE_WRITE) ||
             !(q->access & IBV_ACCESS_REMOTE_WRITE) || !in_mr(m, p->raddr, p->total)) {
@@ -916,7 +917,9 @@ ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* a) {
   uint32_t pid = static_cast<uint32_t>(getpid());
   int fd = -1;
   for (uint32_t i = 0; i < 4096 && fd < 0; ++i) {
-    uint32_t qpn = (pid * 4099 + g_ctx_counter.load() * 131 + i * 7919) & 0xffffff;
+    // A process-wide counter: a connected QP's name is gone (its peer unlinked it), so
+    // O_EXCL alone would not keep this process from reusing its number.
+    uint32_t qpn = (pid * 4099 + g_qp_counter.fetch_add(1) * 7919) & 0xffffff;
     if (qpn < 2) continue;
     std::string name = "/tpfake-qp-" + std::to_string(qpn);
     fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);

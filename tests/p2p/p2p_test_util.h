@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "common/ibverbs_device.h"
 #include "common/multiproc.h"
 #include "tpcomm/tpcomm.hpp"
 #include "tpcomm/transport/transport.hpp"
@@ -17,7 +18,7 @@ namespace tpcomm::testing {
 inline std::vector<std::string> p2p_transports() {
   std::vector<std::string> out;
   for (auto& n : transport::transport_names())
-    if (n != "fake") out.push_back(n);
+    if (n != "fake" && (n != "ibverbs" || ibverbs_for_tests())) out.push_back(n);
   return out;
 }
 

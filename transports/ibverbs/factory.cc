@@ -2,6 +2,7 @@
 // factory. See docs/ibverbs.md.
 #include "core/config.h"
 #include "tpcomm/transport/transport.hpp"
+#include "transports/ibverbs/ibv_transport.h"
 #include "transports/ibverbs/options.h"
 
 namespace tpcomm::ibv {
@@ -46,9 +47,11 @@ Options Options::from_env() {
 
 namespace tpcomm::transport {
 
-// The transport's name is registered together with its data path (issue 8, step 3): until
-// then only the variables are, so that the generic p2p tests, which run over every registered
-// transport, do not pick up a transport that cannot move data yet.
-void register_ibverbs_transport() { config::register_params(ibv::kParams); }
+void register_ibverbs_transport() {
+  config::register_params(ibv::kParams);
+  register_transport("ibverbs", [](const TransportContext& ctx) -> std::unique_ptr<Transport> {
+    return std::make_unique<ibv::IbvTransport>(ctx, ibv::Options::from_env());
+  });
+}
 
 }  // namespace tpcomm::transport
