@@ -226,6 +226,8 @@ class Engine : public std::enable_shared_from_this<Engine> {
   std::unordered_map<int, std::string> host_cache_;
   std::mutex cache_mu_;
 
+  std::unique_ptr<TopoState> topo_;  // this rank's topology summary, peers' summaries
+
   Matcher matcher_;
   std::unordered_map<uint64_t, struct Incoming*> incoming_;
   std::pair<uint64_t, struct Incoming*> current_{0, nullptr};  // message in handle_message
@@ -235,8 +237,6 @@ class Engine : public std::enable_shared_from_this<Engine> {
   struct SeqKey {
     uint64_t group;
     int32_t dst;
-  std::unique_ptr<TopoState> topo_;  // this rank's topology summary, peers' summaries
-
     int32_t tag;
     friend bool operator==(const SeqKey&, const SeqKey&) = default;
   };
