@@ -72,6 +72,37 @@ TEST_F(IbvP2P, Ring2RanksUpTo64MiB) {
 }
 TEST_F(IbvP2P, Ring3Ranks) { ring(3, kSizes, opts()); }
 TEST_F(IbvP2P, Ring4Ranks) { ring(4, kSizes, opts()); }
+// Puts alternate over two QPs per peer; messages stay on the first.
+TEST_F(IbvP2P, Ring3RanksTwoQpsPerPeer) {
+  RunOptions o = opts();
+  o.env["TPCOMM_IB_QPS_PER_CONNECTION"] = "2";
+  ring(3, kSizes, o);
+}
+// Ranks that disagree on TPCOMM_IB_QPS_PER_CONNECTION fail the link at once, saying so.
+TEST_F(IbvP2P, MismatchedQpCountFailsTheLinkNamingTheVariable) {
+  RunOptions o = opts();
+  o.rank_env = [](int rank) {
+    return std::map<std::string, std::string>{
+        {"TPCOMM_IB_QPS_PER_CONNECTION", rank == 0 ? "1" : "2"}};
+  };
+  auto r = run_ranks(
+      2,
+      [&](RankContext& c) {
+        auto pg = make_world(c, "ibverbs");
+        int32_t x = c.rank, y = -1;
+        std::string err = error_of<PeerError>([&] {
+          if (c.rank == 0)
+            pg->isend(Tensor::of(&x, 1), 1, 5)->wait(std::chrono::seconds(30));
+          else
+            pg->irecv(Tensor::of(&y, 1), 0, 5)->wait(std::chrono::seconds(30));
+        });
+        EXPECT_TRUE(contains(err, "TPCOMM_IB_QPS_PER_CONNECTION")) << err;
+        pg->destroy();
+      },
+      o);
+  EXPECT_RANKS_OK(r);
+}
+
 TEST_F(IbvP2P, Ring8Ranks) { ring(8, {0, 100, 32768 + 8, 1 << 20}, opts()); }
 
 // Thousands of small sends (credits: 32 receive slots per peer) and rendezvous ones in
