@@ -588,10 +588,11 @@ transport::PostStatus IbvEndpoint::send(std::span<const iovec> iov) {
                           " bytes exceeds max_message " +
                           std::to_string(IbvTransport::kMaxMessage));
   if (state_ != State::Ready) return transport::PostStatus::NoResource;
-  bool inl = total <= t_->max_inline();
+  uint8_t small[256];  // inline data is copied by ibv_post_send: a stack copy suffices
+  // The provider may report more inline room than requested; never more than `small` holds.
+  bool inl = total <= std::min<size_t>(t_->max_inline(), sizeof(small));
   if ((!inl && free_slots_.empty()) || inflight_.size() + 1 >= 2 * IbvTransport::kSlots)
     return transport::PostStatus::NoResource;
-  uint8_t small[256];
   uint8_t* dst = small;
   int slot = -1;
   if (!inl) {
