@@ -58,6 +58,7 @@ struct Seg {
   uint32_t gid_type[kGids];
   char bell[64];
   std::atomic<int64_t> beat_ns;
+  std::atomic<uint32_t> attached;           // set by the peer at RTR: the owner may unlink the name
   alignas(64) std::atomic<uint64_t> head;   // consumer: the owner
   alignas(64) std::atomic<uint64_t> tail;   // producer: the peer
   alignas(64) std::atomic<uint64_t> chead;  // ACK/NAK ring, apart from data so that a
@@ -120,6 +121,7 @@ struct Qp {
   bool reachable = false;
   Seg* own = nullptr;
   std::string own_name;
+  bool name_gone = false;  // this process unlinked own_name (only the owner ever does)
   Seg* peer = nullptr;
   std::deque<SWr> sq;
   std::deque<RWr> rq;
@@ -503,6 +505,12 @@ void timers(Qp* q, int64_t now) {
 void service(Ctx* c) {
   int64_t now = now_ns();
   for (Qp* q : c->qps) {
+    // Only the owner unlinks its name, once its peer has the segment mapped: a name unlinked
+    // by anyone else could by then belong to a new QP of another process with the same number.
+    if (!q->name_gone && q->own->attached.load(std::memory_order_acquire) != 0) {
+      shm_unlink(q->own_name.c_str());
+      q->name_gone = true;
+    }
     if (q->qp.state == IBV_QPS_RTR || q->qp.state == IBV_QPS_RTS)
       q->own->beat_ns.store(now, std::memory_order_relaxed);
     rx(q, now);
@@ -917,8 +925,8 @@ ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* a) {
   uint32_t pid = static_cast<uint32_t>(getpid());
   int fd = -1;
   for (uint32_t i = 0; i < 4096 && fd < 0; ++i) {
-    // A process-wide counter: a connected QP's name is gone (its peer unlinked it), so
-    // O_EXCL alone would not keep this process from reusing its number.
+    // A process-wide counter: a connected QP's name is gone (unlinked once its peer mapped
+    // it), so O_EXCL alone would not keep this process from reusing its number.
     uint32_t qpn = (pid * 4099 + g_qp_counter.fetch_add(1) * 7919) & 0xffffff;
     if (qpn < 2) continue;
     std::string name = "/tpfake-qp-" + std::to_string(qpn);
@@ -1016,7 +1024,7 @@ int ibv_modify_qp(ibv_qp* qpp, ibv_qp_attr* a, int mask) {
       munmap(m, sizeof(Seg));
       return EINVAL;
     }
-    shm_unlink(name.c_str());  // connected: the name is no longer needed
+    peer->attached.store(1, std::memory_order_release);  // its owner unlinks the name
     q->peer = peer;
     q->reachable = false;
     for (int i = 0; i < kGids; ++i)
@@ -1078,7 +1086,7 @@ int ibv_destroy_qp(ibv_qp* qpp) {
   Qp* q = qp_of(qpp);
   Ctx* c = ctx_of(qpp->context);
   std::erase(c->qps, q);
-  shm_unlink(q->own_name.c_str());  // ENOENT once the peer connected: fine
+  if (!q->name_gone) shm_unlink(q->own_name.c_str());
   munmap(q->own, sizeof(Seg));
   if (q->peer != nullptr) munmap(q->peer, sizeof(Seg));
   reinterpret_cast<Pd*>(qpp->pd)->refs--;

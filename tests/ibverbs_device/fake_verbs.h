@@ -6,7 +6,9 @@
 // 0 RoCE v1 link-local, 1 RoCE v2 IPv4-mapped, 2 RoCE v2 IPv6; all unique per process and
 // context). Every RC QP owns a shared-memory segment (/dev/shm/tpfake-qp-<qpn>) holding a
 // packet ring that only its connected peer writes; the peer opens it at RTR (by dest_qp_num)
-// and unlinks its name at once, so no name outlives the connection. Each opened context runs
+// and marks it attached, and the owner then unlinks the name (only owners unlink, so a name
+// reused by a new QP elsewhere is never removed by mistake); no name outlives a connection
+// whose ends both ran. Each opened context runs
 // one "HCA" thread that drains the rings of its QPs, checks and writes incoming data into
 // registered memory (one-sided: the target's application threads are not involved), posts
 // completions and returns ACK/NAK packets; it sleeps on an abstract Unix datagram socket that
