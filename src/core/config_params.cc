@@ -31,7 +31,8 @@ constexpr Param kParams[] = {
   {"TPCOMM_TIMEOUT", T::Duration, "300s", "",
    "Default deadline of blocking operations (process-group and store calls).", "core"},
   {"TPCOMM_AUTH_SECRET", T::String, "", "",
-   "Shared secret of the job: tcp data connections prove knowledge of it by challenge and "
+   "Shared secret of the job: TCPStore and tcp data connections prove knowledge of it by "
+   "challenge and "
    "response (HMAC-SHA256 over nonces from both sides; the secret never crosses the wire); a "
    "peer without it, or with another, is refused with an error on both sides. Empty: off.",
    "core"},

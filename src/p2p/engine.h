@@ -151,6 +151,15 @@ class Engine : public std::enable_shared_from_this<Engine> {
   std::string peer_host(int peer);
   /// Why `peer` was declared lost (its link failed or it exited), or "" while it is not.
   std::string peer_failure(int peer);
+  /// A message that no receive has taken yet.
+  struct Unmatched {
+    int32_t src;  ///< global rank
+    int32_t tag;
+    uint64_t bytes;
+  };
+  /// The unmatched messages of `group`: the collectives' signature check looks there for a
+  /// peer running another call (a slow path: it walks the group's channels).
+  std::vector<Unmatched> unmatched(uint64_t group);
 
   /// Stops the progress thread and closes every transport (flushing what was sent).
   void shutdown();

@@ -217,6 +217,17 @@ std::string Engine::peer_failure(int peer) {
   return it == dead_peers_.end() ? std::string() : it->second;
 }
 
+std::vector<Engine::Unmatched> Engine::unmatched(uint64_t group) {
+  std::lock_guard<std::mutex> lk(mu_);
+  std::vector<Unmatched> out;
+  for (uint64_t id : matcher_.messages_in_group(group)) {
+    auto it = incoming_.find(id);
+    if (it != incoming_.end())
+      out.push_back({it->second->h.src, it->second->h.tag, it->second->h.bytes});
+  }
+  return out;
+}
+
 // ---- arrivals ----------------------------------------------------------------------------
 
 void Engine::handle_message(Slot& s, int peer, std::span<const uint8_t> data) {

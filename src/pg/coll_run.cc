@@ -144,6 +144,8 @@ void execute(GroupState& g, const char* op, const CollectiveOptions& o, const Co
   call.group_name = g.info.name;
   call.rank = g.rank;
   call.seq = cs.seq++;
+  const uint64_t seq = call.seq;
+  call.store = g.store;
   call.op = op;
   auto timeout = o.timeout.count() > 0 ? o.timeout : g.timeout;
   call.deadline = Deadline::after(timeout);
@@ -157,6 +159,17 @@ void execute(GroupState& g, const char* op, const CollectiveOptions& o, const Co
     if (comm.posted() > 0 && !ctx.clean_failure) {
       cs.broken = comm.where() + " failed part-way (" + message_of(std::current_exception()) + ")";
       TPLOG(WARN, COLL) << "group '" << g.info.name << "': " << cs.broken;
+    }
+    try {
+      std::rethrow_exception(std::current_exception());
+    } catch (const PeerError& e) {
+      // A member is lost: tell the others (those with no link to it would otherwise wait
+      // for their deadline). Best effort.
+      try {
+        g.store->set(lost_key(seq), "rank " + std::to_string(g.rank) + " reported: " + e.what());
+      } catch (const std::exception&) {
+      }
+    } catch (...) {
     }
     throw;
   }

@@ -3,6 +3,7 @@
 
 #include <sched.h>
 
+#include <algorithm>
 #include <chrono>
 #include <sstream>
 #include <thread>
@@ -34,7 +35,32 @@ struct EngineReq : coll::RequestState {
 
 EngineReq* state_of(coll::Request& r) { return static_cast<EngineReq*>(r.state()); }
 
+const char* const kOps[] = {"",
+                            "broadcast",
+                            "all_reduce",
+                            "reduce",
+                            "all_gather",
+                            "all_gather_into_tensor",
+                            "gather",
+                            "scatter",
+                            "reduce_scatter",
+                            "reduce_scatter_tensor",
+                            "all_to_all",
+                            "all_to_all_single",
+                            "barrier"};
+constexpr uint32_t kNumOps = sizeof(kOps) / sizeof(kOps[0]);
+
 }  // namespace
+
+uint32_t op_code(const char* op) {
+  for (uint32_t i = 1; i < kNumOps; ++i)
+    if (std::string_view(op) == kOps[i]) return i;
+  return 0;
+}
+
+const char* op_of_code(uint32_t code) { return code < kNumOps ? kOps[code] : "?"; }
+
+std::string lost_key(uint64_t seq) { return "coll/lost/" + std::to_string(seq); }
 
 std::string EngineComm::where() const {
   std::ostringstream os;
@@ -47,7 +73,8 @@ coll::Request EngineComm::post(bool send, void* buf, size_t bytes, int peer, int
   if (peer < 0 || peer >= size() || peer == c_.rank || tag < 0 || tag > kMaxAlgoTag)
     throw InvalidArgument(where() + ": internal error: the algorithm addressed rank " +
                           std::to_string(peer) + " with tag " + std::to_string(tag));
-  int engine_tag = static_cast<int>(((c_.seq % kSeqWindow) << 16) | static_cast<uint64_t>(tag));
+  int engine_tag =
+      static_cast<int>(sig_ | ((c_.seq % kSeqWindow) << 16) | static_cast<uint64_t>(tag));
   Tensor t = Tensor::raw(buf, static_cast<int64_t>(bytes), DType::UInt8);
   int global = c_.channel->ranks[peer];
   auto st = std::make_unique<EngineReq>();
@@ -62,7 +89,9 @@ coll::Request EngineComm::post(bool send, void* buf, size_t bytes, int peer, int
     st->op = send ? c_.engine->post_send(*c_.channel, global, engine_tag, t)
                   : c_.engine->post_recv(*c_.channel, global, engine_tag, t);
   } catch (const PeerError& e) {
-    throw PeerError(where() + ": " + e.what() + lost_members());
+    std::string n = notice();
+    throw PeerError(where() + ": " + e.what() + lost_members() +
+                    (n.empty() ? "" : ". First loss: " + n));
   } catch (const AbortedError& e) {
     throw AbortedError(where() + ": " + e.what());
   }
@@ -102,7 +131,10 @@ void EngineComm::finish(coll::Request& req) {
   } catch (const MismatchError& e) {
     throw MismatchError(pre + e.what());
   } catch (const PeerError& e) {
-    throw PeerError(pre + e.what() + lost_members());
+    // A member lost in a cascade (it left after its own call failed) names the first loss
+    // through its notice.
+    std::string n = notice();
+    throw PeerError(pre + e.what() + lost_members() + (n.empty() ? "" : ". First loss: " + n));
   } catch (const AbortedError& e) {
     throw AbortedError(pre + e.what());
   } catch (const TimeoutError& e) {
@@ -153,7 +185,48 @@ std::string EngineComm::lost_members() const {
 
 void EngineComm::check_members() const {
   std::string lost = lost_members();
-  if (!lost.empty()) throw PeerError(where() + " cannot complete" + lost);
+  if (!lost.empty()) {
+    std::string n = notice();
+    throw PeerError(where() + " cannot complete" + lost + (n.empty() ? "" : ". First loss: " + n));
+  }
+  // Another member may have lost one we have no link to (a slow path: one store look-up per
+  // check, after the call has waited kLostCheck).
+  std::string n = notice();
+  if (!n.empty()) throw PeerError(where() + " cannot complete: " + n);
+  std::string foreign = foreign_calls();
+  if (!foreign.empty()) throw MismatchError(foreign);
+}
+
+std::string EngineComm::notice() const {
+  if (!c_.store) return "";
+  try {
+    std::string key = lost_key(c_.seq);
+    if (c_.store->check({key})) return c_.store->get_string(key);
+  } catch (const std::exception&) {
+  }
+  return "";
+}
+
+std::string EngineComm::foreign_calls() const {
+  const uint32_t slot = static_cast<uint32_t>(c_.seq % kSeqWindow);
+  std::string out;
+  std::vector<int> seen;
+  for (const p2p::Engine::Unmatched& m : c_.engine->unmatched(c_.channel->id)) {
+    uint32_t t = static_cast<uint32_t>(m.tag);
+    uint32_t code = (t >> kSigShift) & kSigMask;
+    if (((t >> 16) & 7) != slot || code == sig_ >> kSigShift) continue;
+    if (std::find(seen.begin(), seen.end(), m.src) != seen.end()) continue;
+    seen.push_back(m.src);
+    int member = -1;
+    for (int i = 0; i < size(); ++i)
+      if (c_.channel->ranks[i] == m.src) member = i;
+    out += std::string(out.empty() ? "" : "; ") + "rank " + std::to_string(member) +
+           " (global rank " + std::to_string(m.src) + ") called " + op_of_code(code);
+  }
+  if (out.empty()) return out;
+  return where() + ": the ranks disagree at this sequence number: rank " + std::to_string(c_.rank) +
+         " called " + c_.op + ", " + out +
+         ". Every rank must call the same collectives in the same order";
 }
 
 bool EngineComm::test(coll::Request& req) {
@@ -176,7 +249,7 @@ int EngineComm::wait_any(std::span<coll::Request* const> reqs) {
     }
     if ((round & 15) != 15) continue;
     auto now = Clock::now();
-    if (now - last_check > kLostCheck) {
+    if (now - last_check > kLostCheck) {  // (also the signature check)
       check_members();
       last_check = now;
     }

@@ -31,16 +31,30 @@ struct CollCall {
   Deadline deadline;    ///< the whole call's
   coll::TransportHints hints;
   std::chrono::milliseconds cancel_grace{5000};  ///< cancel of data in flight waits this long
+  /// The group's store: a member whose call failed because another member is lost posts
+  /// lost_key(seq) there, so that members with no link to the lost one learn of it too.
+  std::shared_ptr<Store> store;
 };
+
+/// Store key (in the group's store) of the notice that collective `seq` lost a member.
+std::string lost_key(uint64_t seq);
 
 /// Number of distinct sequence slots in the tags (bounds the engine's channel tables).
 inline constexpr uint64_t kSeqWindow = 8;
 /// Largest algorithm tag the encoding holds.
 inline constexpr int kMaxAlgoTag = 0xFFFF;
+/// Bits 19..23 of the engine tag: the operation's code (op_code), so that the messages of
+/// ranks that run different collectives at the same sequence number never match; a rank
+/// that waits finds the other's messages unmatched and names both calls (MismatchError).
+inline constexpr int kSigShift = 19;
+inline constexpr uint32_t kSigMask = 0x1F;
+/// Small code of a collective's name (1..31; 0 for names it does not know), and back.
+uint32_t op_code(const char* op);
+const char* op_of_code(uint32_t code);
 
 class EngineComm : public coll::CollComm {
  public:
-  explicit EngineComm(CollCall call) : c_(std::move(call)) {}
+  explicit EngineComm(CollCall call) : c_(std::move(call)), sig_(op_code(c_.op) << kSigShift) {}
 
   int rank() const override { return c_.rank; }
   int size() const override { return static_cast<int>(c_.channel->ranks.size()); }
@@ -61,8 +75,14 @@ class EngineComm : public coll::CollComm {
   coll::Request post(bool send, void* buf, size_t bytes, int peer, int tag);
   /// Rethrows a finished op's error with context, or a size mismatch; empties `req`.
   void finish(coll::Request& req);
-  /// Throws PeerError naming the members the engine has lost.
+  /// Throws PeerError naming the members the engine has lost, or MismatchError when a member
+  /// sent messages of another collective at this call's sequence number.
   void check_members() const;
+  /// The MismatchError text when unmatched messages of this call's sequence slot carry
+  /// another operation's code, else "".
+  std::string foreign_calls() const;
+  /// The lost-member notice another member posted for this call (lost_key), or "".
+  std::string notice() const;
   /// "; rank 2 of the group (global rank 2) is gone: ..." for each lost member, or "".
   std::string lost_members() const;
   /// How often a long wait checks for lost members.
@@ -70,6 +90,7 @@ class EngineComm : public coll::CollComm {
 
   CollCall c_;
   uint64_t posted_ = 0;
+  uint32_t sig_ = 0;  ///< op_code(c_.op) << kSigShift
 };
 
 }  // namespace tpcomm::detail

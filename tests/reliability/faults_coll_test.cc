@@ -75,9 +75,9 @@ std::shared_ptr<ProcessGroup> world(RankContext& c, std::shared_ptr<Store> store
 // kill -9 of one of 4 ranks in an all_reduce loop: every survivor errors within 10 s naming
 // the rank and its host, then the three survivors make a new world and all_reduce in it.
 TEST(KillDuringAllReduce, SurvivorsErrorNamingItAndRegroup) {
-  // Eager connections: every rank holds a link to the victim, so each learns of its death
-  // from its own closed connection (lazy links: only the victim's neighbours would).
-  RunOptions opt = per_host({{"TPCOMM_CONNECT", "eager"}});
+  // Lazy connections (the default): only the victim's neighbours in the algorithm hold a
+  // link to it; the others learn of its death from their notice in the group's store.
+  RunOptions opt = per_host();
   opt.may_die = {3};
   auto r = run_ranks(
       4,
@@ -121,27 +121,38 @@ TEST(KillDuringAllReduce, SurvivorsErrorNamingItAndRegroup) {
   EXPECT_RANKS_OK(r);
 }
 
-// Two ranks call all_reduce while two call broadcast: every rank gets an error (no hang),
-// naming its operation and sequence number.
+// Two ranks call all_reduce while two call broadcast: every rank gets an error (no hang)
+// naming its operation and sequence number; the ranks that hold messages of the other call
+// (the signature in the collectives' tags keeps them from matching) fail at once with a
+// MismatchError naming the rank and what it called.
 TEST(MismatchedCollectives, AllReduceAgainstBroadcast) {
   auto r = run_ranks(
       4,
       [&](RankContext& c) {
-        auto pg = world(c, c.store, c.rank, 4, seconds(4));
+        auto pg = world(c, c.store, c.rank, 4, seconds(6));
         std::vector<float> v(64, 1.0f);
         auto start = Clock::now();
-        std::string err = any_error([&] {
+        std::string err = "(no error)";
+        try {
           if (c.rank < 2)
             pg->all_reduce(Tensor::of(v));
           else
             pg->broadcast(Tensor::of(v), 0);
-        });
+        } catch (const MismatchError& e) {
+          err = std::string("MismatchError: ") + e.what();
+        } catch (const Error& e) {
+          err = e.what();
+        }
         EXPECT_LT(Clock::now() - start, seconds(30)) << err;
         EXPECT_NE(err, "(no error)");
-        TPLOG(INFO, COLL) << "rank " << c.rank << ": " << err;
         EXPECT_TRUE(contains(err, c.rank < 2 ? "all_reduce #0" : "broadcast #0")) << err;
-        c.store->set("done/" + std::to_string(c.rank), "1");
-        c.store->wait({"done/0", "done/1", "done/2", "done/3"});
+        TPLOG(INFO, COLL) << "rank " << c.rank << ": " << err;
+        c.store->set("err/" + std::to_string(c.rank), err);
+        c.store->wait({"err/0", "err/1", "err/2", "err/3"});
+        std::string all;
+        for (int i = 0; i < 4; ++i) all += c.store->get_string("err/" + std::to_string(i));
+        EXPECT_TRUE(contains(all, "MismatchError")) << all;
+        EXPECT_TRUE(contains(all, "called all_reduce") || contains(all, "called broadcast")) << all;
         pg->destroy();
       },
       per_host());
