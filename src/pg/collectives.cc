@@ -24,6 +24,7 @@ coll::CommonOptions common(const CollectiveOptions& o) {
 std::shared_ptr<Work> ProcessGroup::broadcast(const Tensor& tensor, int src,
                                               const CollectiveOptions& o) {
   return detail::run_collective(state_, "broadcast", o, [=](CollContext& c) {
+    c.comm.sign(tensor.dtype, tensor.numel, src, -1);
     return detail::run_broadcast(c, {tensor, Tensor{}, src, common(o)});
   });
 }
@@ -31,6 +32,7 @@ std::shared_ptr<Work> ProcessGroup::broadcast(const Tensor& tensor, int src,
 std::shared_ptr<Work> ProcessGroup::all_reduce(const Tensor& tensor, ReduceOp op,
                                                const CollectiveOptions& o) {
   return detail::run_collective(state_, "all_reduce", o, [=](CollContext& c) {
+    c.comm.sign(tensor.dtype, tensor.numel, -1, static_cast<int>(op));
     return detail::run_all_reduce(c, {tensor, tensor, op, o.premul_scale, common(o)});
   });
 }
@@ -38,6 +40,7 @@ std::shared_ptr<Work> ProcessGroup::all_reduce(const Tensor& tensor, ReduceOp op
 std::shared_ptr<Work> ProcessGroup::reduce(const Tensor& tensor, int dst, ReduceOp op,
                                            const CollectiveOptions& o) {
   return detail::run_collective(state_, "reduce", o, [=](CollContext& c) {
+    c.comm.sign(tensor.dtype, tensor.numel, dst, static_cast<int>(op));
     return detail::run_reduce(c, {tensor, tensor, dst, op, o.premul_scale, common(o)});
   });
 }
@@ -53,6 +56,7 @@ std::shared_ptr<Work> ProcessGroup::all_gather_into_tensor(const Tensor& output,
                                                            const Tensor& input,
                                                            const CollectiveOptions& o) {
   return detail::run_collective(state_, "all_gather_into_tensor", o, [=](CollContext& c) {
+    c.comm.sign(input.dtype, input.numel, -1, -1);
     return detail::run_all_gather(c, {input, output, common(o)});
   });
 }
@@ -85,6 +89,7 @@ std::shared_ptr<Work> ProcessGroup::reduce_scatter(const Tensor& output,
 std::shared_ptr<Work> ProcessGroup::reduce_scatter_tensor(const Tensor& output, const Tensor& input,
                                                           ReduceOp op, const CollectiveOptions& o) {
   return detail::run_collective(state_, "reduce_scatter_tensor", o, [=](CollContext& c) {
+    c.comm.sign(output.dtype, output.numel, -1, static_cast<int>(op));
     return detail::run_reduce_scatter(c, {input, output, op, o.premul_scale, common(o)});
   });
 }

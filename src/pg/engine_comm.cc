@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "core/log.h"
+#include "pg/group_state.h"
 #include "tpcomm/error.hpp"
 
 namespace tpcomm::detail {
@@ -197,6 +198,16 @@ void EngineComm::check_members() const {
   if (!foreign.empty()) throw MismatchError(foreign);
 }
 
+void EngineComm::sign(DType dtype, int64_t count, int root, int redop) {
+  uint64_t h = fnv1a(std::string(dtype_name(dtype)) + "/" + std::to_string(count) + "/" +
+                     std::to_string(root) + "/" + std::to_string(redop));
+  sig_ = (sig_ & ~(0x7Fu << kArgShift)) | (static_cast<uint32_t>(h & 0x7F) << kArgShift);
+  signed_ = std::string(dtype_name(dtype)) + "[" + std::to_string(count) + "] (" +
+            std::to_string(static_cast<uint64_t>(count) * dtype_size(dtype)) + " bytes)";
+  if (root >= 0) signed_ += ", root " + std::to_string(root);
+  if (redop >= 0) signed_ += ", reduce op " + std::to_string(redop);
+}
+
 std::string EngineComm::notice() const {
   if (!c_.store) return "";
   try {
@@ -214,18 +225,21 @@ std::string EngineComm::foreign_calls() const {
   for (const p2p::Engine::Unmatched& m : c_.engine->unmatched(c_.channel->id)) {
     uint32_t t = static_cast<uint32_t>(m.tag);
     uint32_t code = (t >> kSigShift) & kSigMask;
-    if (((t >> 16) & 7) != slot || code == sig_ >> kSigShift) continue;
+    if (((t >> 16) & 7) != slot || t >> kSigShift == sig_ >> kSigShift) continue;
     if (std::find(seen.begin(), seen.end(), m.src) != seen.end()) continue;
     seen.push_back(m.src);
     int member = -1;
     for (int i = 0; i < size(); ++i)
       if (c_.channel->ranks[i] == m.src) member = i;
     out += std::string(out.empty() ? "" : "; ") + "rank " + std::to_string(member) +
-           " (global rank " + std::to_string(m.src) + ") called " + op_of_code(code);
+           " (global rank " + std::to_string(m.src) + ") called " + op_of_code(code) +
+           (code == (sig_ >> kSigShift & kSigMask)
+                ? std::string(" with other arguments (dtype, element count, root or reduce op)")
+                : std::string());
   }
   if (out.empty()) return out;
   return where() + ": the ranks disagree at this sequence number: rank " + std::to_string(c_.rank) +
-         " called " + c_.op + ", " + out +
+         " called " + c_.op + (signed_.empty() ? std::string() : "(" + signed_ + ")") + ", " + out +
          ". Every rank must call the same collectives in the same order";
 }
 

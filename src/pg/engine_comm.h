@@ -48,6 +48,7 @@ inline constexpr int kMaxAlgoTag = 0xFFFF;
 /// that waits finds the other's messages unmatched and names both calls (MismatchError).
 inline constexpr int kSigShift = 19;
 inline constexpr uint32_t kSigMask = 0x1F;
+inline constexpr int kArgShift = 24;
 /// Small code of a collective's name (1..31; 0 for names it does not know), and back.
 uint32_t op_code(const char* op);
 const char* op_of_code(uint32_t code);
@@ -66,6 +67,10 @@ class EngineComm : public coll::CollComm {
   Deadline deadline() const override { return c_.deadline; }
   coll::TransportHints hints() const override { return c_.hints; }
 
+  /// Adds what every rank must agree on (dtype, element count, root, reduce op; -1: not
+  /// part of this call) to the signature in the tags, as a 7-bit hash in bits 24..30, so
+  /// that calls that differ there never match either. Call before communicating.
+  void sign(DType dtype, int64_t count, int root, int redop);
   /// "all_reduce #12 on group 'default_pg' (rank 0 of 4)", the prefix of every error.
   std::string where() const;
   /// Number of operations posted so far (0: the call failed before communicating).
@@ -90,7 +95,8 @@ class EngineComm : public coll::CollComm {
 
   CollCall c_;
   uint64_t posted_ = 0;
-  uint32_t sig_ = 0;  ///< op_code(c_.op) << kSigShift
+  uint32_t sig_ = 0;    ///< op_code(c_.op) << kSigShift | argument hash << 24
+  std::string signed_;  ///< the arguments sign() hashed, for messages
 };
 
 }  // namespace tpcomm::detail

@@ -159,6 +159,40 @@ TEST(MismatchedCollectives, AllReduceAgainstBroadcast) {
   EXPECT_RANKS_OK(r);
 }
 
+// Same operation, same byte count, different dtype (float32 against int32): the argument
+// hash in the tags keeps the calls apart, so nothing is silently reduced across dtypes; every
+// rank errors, and the ranks holding the others' messages name the disagreement.
+TEST(MismatchedCollectives, SameOperationDifferentDType) {
+  auto r = run_ranks(
+      4,
+      [&](RankContext& c) {
+        auto pg = world(c, c.store, c.rank, 4, seconds(4));
+        std::vector<float> f(64, 1.0f);
+        std::vector<int32_t> i(64, 1);
+        std::string err = "(no error)";
+        try {
+          if (c.rank < 2)
+            pg->all_reduce(Tensor::of(f));
+          else
+            pg->all_reduce(Tensor::of(i));
+        } catch (const MismatchError& e) {
+          err = std::string("MismatchError: ") + e.what();
+        } catch (const Error& e) {
+          err = e.what();
+        }
+        EXPECT_NE(err, "(no error)");
+        EXPECT_TRUE(contains(err, "all_reduce #0")) << err;
+        c.store->set("err/" + std::to_string(c.rank), err);
+        c.store->wait({"err/0", "err/1", "err/2", "err/3"});
+        std::string all;
+        for (int k = 0; k < 4; ++k) all += c.store->get_string("err/" + std::to_string(k));
+        EXPECT_TRUE(contains(all, "with other arguments")) << all;
+        pg->destroy();
+      },
+      per_host());
+  EXPECT_RANKS_OK(r);
+}
+
 // One rank never calls: the others' all_reduce times out; the errors name the operation,
 // its sequence number, and between them the rank that never came.
 TEST(MissingRank, TimeoutNamesOperationSequenceAndRank) {
