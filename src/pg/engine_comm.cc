@@ -9,7 +9,6 @@
 #include <thread>
 
 #include "core/log.h"
-#include "pg/group_state.h"
 #include "tpcomm/error.hpp"
 
 namespace tpcomm::detail {
@@ -199,13 +198,28 @@ void EngineComm::check_members() const {
 }
 
 void EngineComm::sign(DType dtype, int64_t count, int root, int redop) {
-  uint64_t h = fnv1a(std::string(dtype_name(dtype)) + "/" + std::to_string(count) + "/" +
-                     std::to_string(root) + "/" + std::to_string(redop));
+  // Integer mixing only: this runs on every call.
+  uint64_t h = static_cast<uint64_t>(count) * 0x9E3779B97F4A7C15ull;
+  h ^= (static_cast<uint64_t>(dtype) << 48) ^ (static_cast<uint64_t>(root + 1) << 24) ^
+       static_cast<uint64_t>(redop + 1);
+  h *= 0xBF58476D1CE4E5B9ull;
+  h ^= h >> 31;
+  h ^= h >> 17;
   sig_ = (sig_ & ~(0x7Fu << kArgShift)) | (static_cast<uint32_t>(h & 0x7F) << kArgShift);
-  signed_ = std::string(dtype_name(dtype)) + "[" + std::to_string(count) + "] (" +
-            std::to_string(static_cast<uint64_t>(count) * dtype_size(dtype)) + " bytes)";
-  if (root >= 0) signed_ += ", root " + std::to_string(root);
-  if (redop >= 0) signed_ += ", reduce op " + std::to_string(redop);
+  signed_dtype_ = dtype;
+  signed_count_ = count;
+  signed_root_ = root;
+  signed_redop_ = redop;
+}
+
+std::string EngineComm::signed_text() const {
+  if (signed_count_ < 0) return "";
+  std::string t =
+      std::string("(") + dtype_name(signed_dtype_) + "[" + std::to_string(signed_count_) + "] (" +
+      std::to_string(static_cast<uint64_t>(signed_count_) * dtype_size(signed_dtype_)) + " bytes)";
+  if (signed_root_ >= 0) t += ", root " + std::to_string(signed_root_);
+  if (signed_redop_ >= 0) t += ", reduce op " + std::to_string(signed_redop_);
+  return t + ")";
 }
 
 std::string EngineComm::notice() const {
@@ -239,7 +253,7 @@ std::string EngineComm::foreign_calls() const {
   }
   if (out.empty()) return out;
   return where() + ": the ranks disagree at this sequence number: rank " + std::to_string(c_.rank) +
-         " called " + c_.op + (signed_.empty() ? std::string() : "(" + signed_ + ")") + ", " + out +
+         " called " + c_.op + signed_text() + ", " + out +
          ". Every rank must call the same collectives in the same order";
 }
 

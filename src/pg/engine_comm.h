@@ -95,8 +95,12 @@ class EngineComm : public coll::CollComm {
 
   CollCall c_;
   uint64_t posted_ = 0;
-  uint32_t sig_ = 0;    ///< op_code(c_.op) << kSigShift | argument hash << 24
-  std::string signed_;  ///< the arguments sign() hashed, for messages
+  uint32_t sig_ = 0;  ///< op_code(c_.op) << kSigShift | argument hash << 24
+  /// The arguments sign() hashed (formatted only for messages); signed_count_ < 0: none.
+  DType signed_dtype_ = DType::UInt8;
+  int64_t signed_count_ = -1;
+  int signed_root_ = -1, signed_redop_ = -1;
+  std::string signed_text() const;
 };
 
 }  // namespace tpcomm::detail
