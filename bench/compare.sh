@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# tpcomm beside the peers in one run (issue 4): tpbench under tprun (2 ranks, float32) over
+# shm and over tcp, next to Open MPI (shared memory, tcp, UCX) and Gloo (tcp) built from
+# ../shared/peers, all following the peers' protocol (../shared/peers/README.md); runs of the
+# columns are interleaved, and ../shared/peers/collate.py prints one table per operation
+# (allreduce, broadcast, allgather) with tpcomm as new columns.
+#
+#   bench/compare.sh [BUILD_DIR]                       # default: build
+#   SIZES=8,128K,256M REPEATS=3 bench/compare.sh build
+#
+# tpcomm's columns come from `tpbench --csv` (out-of-place time, nccl-tests busbw); each run is
+# killed after 300 s. Peers that cannot be built here are left out with a note.
+set -u
+BUILD=${1:-build}
+SIZES=${SIZES:-8,128,2K,32K,128K,512K,2M,8M,32M,256M}
+REPEATS=${REPEATS:-3}
+OPS=${OPS:-allreduce,broadcast,allgather}
+HERE=$(cd "$(dirname "$0")" && pwd)
+PEERS=$HERE/../../shared/peers
+OUT=$(mktemp -d /tmp/tpcomm-compare-XXXXXX)
+trap 'rm -rf "$OUT"' EXIT
+have() { command -v "$1" >/dev/null 2>&1; }
+export UCX_NET_DEVICES=lo OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_tcp_if_include=lo
+export GLOO_SOCKET_IFNAME=lo
+MPIRUN=(mpirun --allow-run-as-root --oversubscribe -np 2)
+
+bytes() {  # 8 -> 8, 128K -> 131072, 256M -> 268435456
+  local s=$1
+  case $s in
+    *K) echo $((${s%K} << 10)) ;; *M) echo $((${s%M} << 20)) ;; *G) echo $((${s%G} << 30)) ;;
+    *) echo "$s" ;;
+  esac
+}
+
+# One tpbench sweep per op and size list, printed as the peers' "PEER OP BYTES TIME ALGBW BUSBW".
+tpcomm_run() {  # transport peer-name
+  local t=$1 name=$2 op s
+  for op in ${OPS//,/ }; do
+    for s in ${SIZES//,/ }; do
+      s=$(bytes "$s")
+      timeout -s KILL 300 "$BUILD/bin/tprun" --standalone --nproc-per-node 2 "$BUILD/bin/tpbench" \
+        -t "$t" -o "$op" -b "$s" -e "$s" --csv 2>/dev/null |
+        sed 's/^\[rank 0\]: //' | awk -F, -v peer="$name" \
+          '$1 != "op" && NF > 10 { printf "%s %s %s %s %s %s\n", peer, $1, $2, $8, $9, $10 }'
+    done
+  done
+}
+
+echo "META load $(cut -d' ' -f1-3 /proc/loadavg) before the run, $(nproc) cores" >"$OUT/meta.txt"
+mpi=0 gloo=0
+if have mpicxx && have mpirun && [[ -f $PEERS/mpi_bench.cpp ]]; then
+  mpicxx -O3 -march=native -std=c++17 -o "$OUT/mpi_bench" "$PEERS/mpi_bench.cpp" && mpi=1
+fi
+if [[ -f $PEERS/gloo_bench.cpp ]] &&
+   g++ -O3 -march=native -std=c++17 -o "$OUT/gloo_bench" "$PEERS/gloo_bench.cpp" -lgloo -lpthread \
+     2>"$OUT/gloo-build.log"; then
+  gloo=1
+fi
+((mpi)) || echo "META Open MPI left out (mpicxx/mpirun or mpi_bench.cpp missing)" >>"$OUT/meta.txt"
+((gloo)) || echo "META Gloo left out (libgloo-dev or gloo_bench.cpp missing)" >>"$OUT/meta.txt"
+
+for i in $(seq "$REPEATS"); do
+  tpcomm_run shm tpcomm-shm >"$OUT/tpcomm-shm.run$i.txt"
+  tpcomm_run tcp tpcomm-tcp >"$OUT/tpcomm-tcp.run$i.txt"
+  if ((mpi)); then
+    timeout -s KILL 300 "${MPIRUN[@]}" --mca pml ob1 --mca btl self,vader "$OUT/mpi_bench" \
+      --peer mpi-shm --sizes "$SIZES" --ops "$OPS" >"$OUT/mpi-shm.run$i.txt" 2>/dev/null
+    timeout -s KILL 300 "${MPIRUN[@]}" --mca pml ob1 --mca btl self,tcp "$OUT/mpi_bench" \
+      --peer mpi-tcp --sizes "$SIZES" --ops "$OPS" >"$OUT/mpi-tcp.run$i.txt" 2>/dev/null
+    timeout -s KILL 300 "${MPIRUN[@]}" --mca pml ucx -x UCX_NET_DEVICES "$OUT/mpi_bench" \
+      --peer mpi-ucx --sizes "$SIZES" --ops "$OPS" >"$OUT/mpi-ucx.run$i.txt" 2>/dev/null
+  fi
+  if ((gloo)); then
+    GLOO_BENCH=$OUT/gloo_bench timeout -s KILL 300 bash "$PEERS/launch_gloo.sh" 2 --peer gloo-tcp \
+      --sizes "$SIZES" --ops "$OPS" >"$OUT/gloo-tcp.run$i.txt" 2>/dev/null
+  fi
+done
+echo "META load $(cut -d' ' -f1-3 /proc/loadavg) after the run" >>"$OUT/meta.txt"
+order=tpcomm-shm,mpi-shm,mpi-ucx,tpcomm-tcp,mpi-tcp,gloo-tcp
+if [[ -f $PEERS/collate.py ]] &&
+   python3 "$PEERS/collate.py" "$OUT" "$OUT/report.md" --order "$order" >/dev/null 2>&1; then
+  sed -n '/^## allreduce/,/^## Who wins/p' "$OUT/report.md" | sed '$d'
+else
+  cat "$OUT"/*.txt
+fi
+cat "$OUT/meta.txt"
