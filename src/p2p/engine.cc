@@ -346,7 +346,8 @@ Link* Engine::link_for(std::unique_lock<std::mutex>& lk, const std::string& back
   // before its host, so those lookups below find them at once.
   lk.unlock();
   peer_host(peer);
-  if (topo_ && topo_->ok) peer_summary(*topo_, *opt_.store, peer);  // published before the host
+  // Published before the host; only the auto backend's choice reads it.
+  if (is_auto(backend) && topo_ && topo_->ok) peer_summary(*topo_, *opt_.store, peer);
   lk.lock();
   if (shut_down_)
     throw AbortedError("rank " + std::to_string(opt_.rank) +

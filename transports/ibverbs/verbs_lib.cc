@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 
+#include "core/dynlib.h"
 #include "tpcomm/error.hpp"
 
 namespace tpcomm::ibv {
@@ -20,13 +21,8 @@ const VerbsLib& load_verbs(const std::string& library) {
   auto it = loaded.find(library);
   if (it != loaded.end()) return *it->second;
   // Never closed: providers keep process-wide state (fork handling, device lists).
-  void* h = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (h == nullptr) {
-    const char* why = dlerror();
-    throw NotSupportedError("ibverbs transport: cannot load '" + library +
-                            "': " + (why ? why : "unknown error") +
-                            " (install rdma-core's libibverbs1, or set TPCOMM_IBVERBS_LIB)");
-  }
+  void* h = dynlib::open(library, "ibverbs transport: cannot load",
+                         "install rdma-core's libibverbs1, or set TPCOMM_IBVERBS_LIB");
   auto lib = std::make_unique<VerbsLib>();
   lib->path = library;
 #define TPCOMM_IBV_RESOLVE(f)                                           \

@@ -7,6 +7,7 @@
 #include <memory>
 #include <mutex>
 
+#include "core/dynlib.h"
 #include "tpcomm/error.hpp"
 
 namespace tpcomm::ucx {
@@ -18,13 +19,8 @@ const UcpLib& load_ucp(const std::string& library) {
   auto it = loaded.find(library);
   if (it != loaded.end()) return *it->second;
   // Never closed: UCX keeps global state (memory hooks, async threads) for the process.
-  void* h = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (h == nullptr) {
-    const char* why = dlerror();
-    throw NotSupportedError("ucx transport: cannot load UCX library '" + library +
-                            "': " + (why ? why : "unknown error") +
-                            " (install UCX, e.g. libucx0, or set TPCOMM_UCX_LIBRARY)");
-  }
+  void* h = dynlib::open(library, "ucx transport: cannot load UCX library",
+                         "install UCX, e.g. libucx0, or set TPCOMM_UCX_LIBRARY");
   auto lib = std::make_unique<UcpLib>();
 #define TPCOMM_UCP_RESOLVE(f)                                          \
   lib->f = reinterpret_cast<decltype(&::f)>(dlsym(h, #f));             \
