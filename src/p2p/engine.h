@@ -27,6 +27,8 @@
 #include "core/deadline.h"
 #include "p2p/matcher.h"
 #include "p2p/op.h"
+#include "p2p/op_table.h"
+#include "p2p/range_set.h"
 #include "p2p/wire.h"
 #include "tpcomm/store.hpp"
 #include "tpcomm/transport/transport.hpp"
@@ -116,12 +118,19 @@ class Engine : public std::enable_shared_from_this<Engine> {
 
   /// Posts a send to global rank `dst` / a receive from `src` (or kAnySource). Arguments are
   /// validated by the caller (ProcessGroup); these throw only for engine-level problems.
-  std::shared_ptr<Op> post_send(const GroupInfo& g, int dst, int tag, const Tensor& t);
-  std::shared_ptr<Op> post_recv(const GroupInfo& g, int src, int tag, const Tensor& t);
+  /// `op`, when given, is a fresh Op the caller allocated (e.g. inside its Work, to save an
+  /// allocation); else the engine makes one.
+  std::shared_ptr<Op> post_send(const GroupInfo& g, int dst, int tag, const Tensor& t,
+                                std::shared_ptr<Op> op = nullptr);
+  std::shared_ptr<Op> post_recv(const GroupInfo& g, int src, int tag, const Tensor& t,
+                                std::shared_ptr<Op> op = nullptr);
 
   /// Adaptive wait (spin, yield, block) until `op` is done or the deadline passes; rethrows
   /// the op's error; TimeoutError says what the op was waiting for.
   void wait(Op& op, Deadline deadline);
+  /// The same with a timeout that starts when the wait first reads the clock (not at all
+  /// when the op is already done, or ends within a few rounds: the latency path).
+  void wait(Op& op, std::chrono::milliseconds timeout);
   /// Progresses once if no other thread is, and reports whether `op` is done.
   bool test(Op& op);
 
@@ -211,7 +220,6 @@ class Engine : public std::enable_shared_from_this<Engine> {
   void complete_locked(const std::shared_ptr<Op>& op);
   void fail_locked(const std::shared_ptr<Op>& op, std::exception_ptr e);
   void fail_peer_locked(int peer, const std::string& reason);
-  uint32_t new_id_locked();
   std::string group_name_locked(uint64_t group) const;
 
   // Progress.
@@ -221,6 +229,9 @@ class Engine : public std::enable_shared_from_this<Engine> {
   void progress_thread_main();
   void wake_progress_thread();
   std::string waiting_for(const Op& op);
+  /// wait(): until `until`, or `timeout` from the first clock reading when it is >= 0.
+  void wait_impl(Op& op, std::chrono::steady_clock::time_point until,
+                 std::chrono::milliseconds timeout);
 
   Options opt_;
   mutable std::mutex mu_;  // the engine lock: protocol state and every transport call
@@ -241,8 +252,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   std::unordered_map<uint64_t, struct Incoming*> incoming_;
   std::pair<uint64_t, struct Incoming*> current_{0, nullptr};  // message in handle_message
   uint64_t next_msg_id_ = 1;
-  std::unordered_map<uint32_t, std::shared_ptr<Op>> ops_;  // in flight, by id
-  uint32_t next_id_ = 1;
+  OpTable ops_;  // in flight, by id
   struct SeqKey {
     uint64_t group;
     int32_t dst;
@@ -255,7 +265,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
     }
   };
   std::unordered_map<SeqKey, uint64_t, SeqKeyHash> send_seq_;
-  std::map<uintptr_t, std::pair<uintptr_t, uint32_t>> active_ranges_;  // start -> (end, op id)
+  RangeSet active_ranges_;  // buffers of pending receives
   std::unordered_map<uint64_t, GroupInfo> groups_;
   std::unordered_set<uint64_t> removed_groups_;
   std::unordered_map<int, std::string> dead_peers_;
@@ -266,8 +276,8 @@ class Engine : public std::enable_shared_from_this<Engine> {
   std::atomic<bool> stop_{false};
   std::atomic<int> spinners_{0};
   std::atomic<int> sleepers_{0};              // user threads blocked on done_cv_
-  std::atomic<int64_t> last_spin_end_ns_{0};  // steady_clock, when a wait last stopped spinning
-  static constexpr std::chrono::nanoseconds kLinger{1000000};
+  std::atomic<uint64_t> spin_epoch_{0};  // bumped whenever a wait stops spinning
+  static constexpr std::chrono::milliseconds kLinger{1};
   std::mutex park_mu_;
   std::condition_variable park_cv_;
   int epoll_fd_ = -1;

@@ -26,14 +26,6 @@ std::string hex(const void* p) {
 
 }  // namespace
 
-uint32_t Engine::new_id_locked() {
-  uint32_t id;
-  do {
-    id = next_id_++;
-  } while (id == 0 || ops_.count(id));
-  return id;
-}
-
 std::string Engine::group_name_locked(uint64_t group) const {
   auto it = groups_.find(group);
   return it == groups_.end() ? "?" : it->second.name;
@@ -67,10 +59,8 @@ void Engine::remove_group(uint64_t group) {
       }
     }
   }
-  std::vector<std::shared_ptr<Op>> victims;
-  for (auto& [id, op] : ops_)
-    if (op->group == group && op->stage != Op::Stage::Transfer) victims.push_back(op);
-  for (auto& op : victims) fail_locked(op, aborted(*op));
+  for (auto& op : ops_.snapshot())
+    if (op->group == group && op->stage != Op::Stage::Transfer) fail_locked(op, aborted(*op));
   for (uint64_t msg : matcher_.drop_group(group)) {
     auto it = incoming_.find(msg);
     if (it != incoming_.end()) {
@@ -82,15 +72,15 @@ void Engine::remove_group(uint64_t group) {
 
 // ---- posting ----------------------------------------------------------------------------
 
-std::shared_ptr<Op> Engine::post_send(const GroupInfo& g, int dst, int tag, const Tensor& t) {
-  auto op = std::make_shared<Op>();
+std::shared_ptr<Op> Engine::post_send(const GroupInfo& g, int dst, int tag, const Tensor& t,
+                                     std::shared_ptr<Op> op) {
+  if (!op) op = std::make_shared<Op>();
   op->kind = Op::Kind::Send;
   op->group = g.id;
   op->group_name = g.name;
   op->peer = dst;
   op->tag = tag;
   op->tensor = t;
-  op->posted_at = std::chrono::steady_clock::now();
   std::unique_lock<std::mutex> lk(mu_);
   if (shut_down_) throw AbortedError(op->describe() + ": the process group was destroyed");
   auto dead = dead_peers_.find(dst);
@@ -115,49 +105,41 @@ std::shared_ptr<Op> Engine::post_send(const GroupInfo& g, int dst, int tag, cons
     return op;
   }
   h.type = MsgType::Rts;
-  op->id = new_id_locked();
   op->mr = l->slot->tr->register_memory(t.data, h.bytes, t.device);
   op->stage = Op::Stage::Posted;
-  ops_[op->id] = op;
+  ops_.add(op);
   uint8_t hdr[kRtsSize];
   encode_rts(h, Rts{op->id}, hdr);
   send_msg_locked(*l, hdr, kRtsSize, nullptr, 0, nullptr);
   return op;
 }
 
-std::shared_ptr<Op> Engine::post_recv(const GroupInfo& g, int src, int tag, const Tensor& t) {
-  auto op = std::make_shared<Op>();
+std::shared_ptr<Op> Engine::post_recv(const GroupInfo& g, int src, int tag, const Tensor& t,
+                                     std::shared_ptr<Op> op) {
+  if (!op) op = std::make_shared<Op>();
   op->kind = Op::Kind::Recv;
   op->group = g.id;
   op->group_name = g.name;
   op->peer = src;
   op->tag = tag;
   op->tensor = t;
-  op->posted_at = std::chrono::steady_clock::now();
   std::lock_guard<std::mutex> lk(mu_);
   if (shut_down_) throw AbortedError(op->describe() + ": the process group was destroyed");
   size_t bytes = t.nbytes();
   auto start = reinterpret_cast<uintptr_t>(t.data);
   if (bytes > 0) {
-    auto it = active_ranges_.upper_bound(start);
-    const std::pair<const uintptr_t, std::pair<uintptr_t, uint32_t>>* clash = nullptr;
-    if (it != active_ranges_.begin() && std::prev(it)->second.first > start)
-      clash = &*std::prev(it);
-    else if (it != active_ranges_.end() && it->first < start + bytes)
-      clash = &*it;
-    if (clash) {
-      auto other = ops_.find(clash->second.second);
+    if (const RangeSet::Range* clash = active_ranges_.overlap(start, start + bytes)) {
+      auto* other = ops_.find(clash->id);
       throw InvalidArgument(
           op->describe() + ": its buffer [" + hex(t.data) + ", +" + std::to_string(bytes) +
           " bytes) overlaps the buffer of a pending " +
-          (other != ops_.end() ? other->second->describe() : std::string("receive")) +
+          (other ? (*other)->describe() : std::string("receive")) +
           "; wait for that receive before posting another into the same memory");
     }
   }
-  op->id = new_id_locked();
-  ops_[op->id] = op;
+  ops_.add(op);
   if (bytes > 0) {
-    active_ranges_[start] = {start + bytes, op->id};
+    active_ranges_.insert(start, start + bytes, op->id);
     op->range_held = true;
   }
   op->stage = Op::Stage::Posted;
@@ -282,9 +264,8 @@ void Engine::handle_message(Slot& s, int peer, std::span<const uint8_t> data) {
       bool self_matched = false;
       for (const Match& m : matches) {
         if (m.msg_id == id) self_matched = true;
-        auto op = ops_.find(static_cast<uint32_t>(m.recv_id));
-        if (op != ops_.end()) {
-          std::shared_ptr<Op> keep = op->second;
+        if (auto* op = ops_.find(static_cast<uint32_t>(m.recv_id))) {
+          std::shared_ptr<Op> keep = *op;
           on_match_locked(keep, m.msg_id);
         }
       }
@@ -402,14 +383,14 @@ void Engine::send_cts_locked(Link& l, const Header& req, const Cts& c) {
 
 void Engine::handle_cts_locked(Link& l, const Decoded& d) {
   const Cts& c = d.cts;
-  auto it = ops_.find(c.send_id);
-  if (it == ops_.end() || it->second->kind != Op::Kind::Send || it->second->peer != l.peer ||
-      it->second->stage != Op::Stage::Posted) {
+  auto* it = ops_.find(c.send_id);
+  if (!it || (*it)->kind != Op::Kind::Send || (*it)->peer != l.peer ||
+      (*it)->stage != Op::Stage::Posted) {
     TPLOG(INFO, P2P) << "rank " << opt_.rank << ": ignored a CTS from rank " << l.peer
                      << " for no pending send (id " << c.send_id << ")";
     return;
   }
-  std::shared_ptr<Op> op = it->second;
+  std::shared_ptr<Op> op = *it;
   if (c.status != kCtsOk) {
     std::string msg =
         op->describe() + ": rank " + std::to_string(l.peer) + " refused the message: " + c.reason;
@@ -437,14 +418,13 @@ void Engine::handle_cts_locked(Link& l, const Decoded& d) {
 
 void Engine::handle_put_arrived(Slot& s, int peer, uint32_t imm) {
   Link* l = s.caps.recv_slots > 0 ? link_locked(s, peer) : nullptr;
-  auto it = ops_.find(imm);
-  if (it == ops_.end() || it->second->kind != Op::Kind::Recv ||
-      it->second->stage != Op::Stage::Transfer || !it->second->link ||
-      it->second->link->peer != peer) {
+  auto* it = ops_.find(imm);
+  if (!it || (*it)->kind != Op::Kind::Recv || (*it)->stage != Op::Stage::Transfer ||
+      !(*it)->link || (*it)->link->peer != peer) {
     TPLOG(WARN, P2P) << "rank " << opt_.rank << ": a put from rank " << peer
                      << " notified unknown receive " << imm;
   } else {
-    std::shared_ptr<Op> op = it->second;
+    std::shared_ptr<Op> op = *it;
     if (--op->chunks_left == 0) complete_locked(op);
   }
   if (l && !l->failed) {
@@ -454,9 +434,9 @@ void Engine::handle_put_arrived(Slot& s, int peer, uint32_t imm) {
 }
 
 void Engine::handle_put_done(Slot& s, uint64_t cookie, bool ok) {
-  auto it = ops_.find(static_cast<uint32_t>(cookie));
-  if (it == ops_.end() || it->second->kind != Op::Kind::Send) return;
-  std::shared_ptr<Op> op = it->second;
+  auto* it = ops_.find(static_cast<uint32_t>(cookie));
+  if (!it || (*it)->kind != Op::Kind::Send) return;
+  std::shared_ptr<Op> op = *it;
   if (!ok) {
     fail_locked(
         op, std::make_exception_ptr(PeerError(op->describe() + ": the " + s.name + " put to rank " +
@@ -481,10 +461,7 @@ void Engine::complete_locked(const std::shared_ptr<Op>& op_ref) {
     active_ranges_.erase(reinterpret_cast<uintptr_t>(op->tensor.data));
     op->range_held = false;
   }
-  if (op->id) {
-    auto it = ops_.find(op->id);
-    if (it != ops_.end() && it->second == op) ops_.erase(it);
-  }
+  if (op->id) ops_.erase(op->id, op.get());
   op->done.store(true, std::memory_order_seq_cst);
   // Waiters count themselves in sleepers_ before they take the lock to sleep, so none can be
   // missed; the common case (the waiter spins) skips the condition variable.
@@ -522,13 +499,11 @@ void Engine::fail_peer_locked(int peer, const std::string& why) {
     l->queue.clear();
     backlog_.erase(l.get());
   }
-  std::vector<std::shared_ptr<Op>> victims;
-  for (auto& [id, op] : ops_) {
+  for (auto& op : ops_.snapshot()) {
     bool involved = op->peer == peer ||
                     (op->stage == Op::Stage::Transfer && op->link && op->link->peer == peer);
-    if (involved) victims.push_back(op);
+    if (involved) fail_locked(op, err(*op));
   }
-  for (auto& op : victims) fail_locked(op, err(*op));
 }
 
 }  // namespace tpcomm::p2p

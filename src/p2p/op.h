@@ -35,7 +35,6 @@ struct Op {
   Tensor tensor;
   uint64_t seq = 0;
   uint32_t id = 0;  ///< engine id: matcher receive id, rendezvous ids, put cookies
-  std::chrono::steady_clock::time_point posted_at;
 
   // Result: written under the engine lock before `done` is set (release).
   std::atomic<bool> done{false};

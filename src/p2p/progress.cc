@@ -141,20 +141,36 @@ bool Engine::test(Op& op) {
 }
 
 void Engine::wait(Op& op, Deadline deadline) {
+  wait_impl(op, deadline.when(), std::chrono::milliseconds(-1));
+}
+
+void Engine::wait(Op& op, std::chrono::milliseconds timeout) {
+  // A send that went out eagerly is done before anyone waits: no clock is read at all.
+  if (op.done.load(std::memory_order_acquire)) {
+    if (op.error) std::rethrow_exception(op.error);
+    return;
+  }
+  if (timeout.count() < 0) timeout = std::chrono::hours(24 * 366);  // "never", as Deadline
+  wait_impl(op, Deadline::Clock::time_point{}, timeout);
+}
+
+void Engine::wait_impl(Op& op, std::chrono::steady_clock::time_point until,
+                       std::chrono::milliseconds timeout) {
   using Clock = std::chrono::steady_clock;
+  // The clock is read only every 16th round, so a wait that ends within a few rounds (the
+  // latency path) reads none; a relative timeout starts at the first reading.
+  Clock::time_point start{}, spin_end{}, yield_end{};
+  bool clocked = false;
   if (!op.done.load(std::memory_order_acquire)) {
-    auto start = Clock::now();
-    auto spin_end = start + std::chrono::microseconds(spin_us_);
-    auto yield_end = spin_end + std::chrono::microseconds(yield_us_);
     spinners_.fetch_add(1);
     bool spinning = true;
-    // The progress thread stays parked while a thread spins, and for kLinger after, so that
-    // back-to-back waits (a ping-pong) never hand the transports to it and back. A thread
-    // about to sleep hands them over at once.
+    // The progress thread stays parked while a thread spins, and for about kLinger after
+    // (spin_epoch_ changed), so that back-to-back waits (a ping-pong) never hand the
+    // transports to it and back. A thread about to sleep hands them over at once.
     auto stop_spinning = [&](bool handover) {
       if (!spinning) return;
       spinning = false;
-      last_spin_end_ns_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+      spin_epoch_.store(spin_epoch_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
       if (spinners_.fetch_sub(1) == 1 && handover) {
         std::lock_guard<std::mutex> pl(park_mu_);
         park_cv_.notify_one();
@@ -170,7 +186,16 @@ void Engine::wait(Op& op, Deadline deadline) {
         }
         if ((++spins & 15) != 0) continue;  // the clock is read every 16 rounds only
         auto now = Clock::now();
-        if (now >= deadline.when()) break;
+        if (!clocked) {
+          clocked = true;
+          start = now;
+          spin_end = now + std::chrono::microseconds(spin_us_);
+          yield_end = spin_end + std::chrono::microseconds(yield_us_);
+          if (timeout.count() >= 0)
+            until = timeout > std::chrono::hours(24 * 365) ? Clock::time_point::max()
+                                                           : now + timeout;
+        }
+        if (now >= until) break;
         if (now < spin_end) {
           cpu_relax();
         } else if (now < yield_end) {
@@ -182,9 +207,9 @@ void Engine::wait(Op& op, Deadline deadline) {
           stop_spinning(true);
           wake_progress_thread();
           std::unique_lock<std::mutex> lk(mu_);
-          while (!op.done.load(std::memory_order_acquire) && !deadline.expired() && !stop_) {
-            auto until = std::min(deadline.when(), Clock::now() + std::chrono::milliseconds(100));
-            done_cv_.wait_until(lk, until);
+          while (!op.done.load(std::memory_order_acquire) && Clock::now() < until && !stop_) {
+            auto wake = std::min(until, Clock::now() + std::chrono::milliseconds(100));
+            done_cv_.wait_until(lk, wake);
           }
           sleepers_.fetch_sub(1);
           break;
@@ -198,7 +223,7 @@ void Engine::wait(Op& op, Deadline deadline) {
   }
   if (!op.done.load(std::memory_order_acquire)) {
     auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(
-        std::chrono::steady_clock::now() - op.posted_at);
+        clocked ? Clock::now() - start : std::chrono::nanoseconds(0));
     throw TimeoutError(op.describe() + " did not complete within " +
                        std::to_string(waited.count()) + " ms on rank " + std::to_string(opt_.rank) +
                        ": " + waiting_for(op));
@@ -251,18 +276,17 @@ void Engine::wake_progress_thread() {
 
 void Engine::progress_thread_main() {
   epoll_event evs[16];
+  uint64_t parked_epoch = 0;
   while (!stop_.load()) {
-    auto lingering = [&] {
-      int64_t since = std::chrono::steady_clock::now().time_since_epoch().count() -
-                      last_spin_end_ns_.load(std::memory_order_relaxed);
-      return spinners_.load() > 0 || (sleepers_.load() == 0 && since < kLinger.count());
-    };
-    if (lingering()) {
-      // A waiting user thread is progressing (or just was, and likely will again): stay out of
-      // its way.
+    // Linger while a user thread spins, or spun since the last look (its epoch moved) and
+    // none sleeps: it progresses the transports itself and will likely wait again soon.
+    uint64_t epoch = spin_epoch_.load(std::memory_order_relaxed);
+    if (spinners_.load() > 0 || (sleepers_.load() == 0 && epoch != parked_epoch)) {
+      parked_epoch = epoch;
       std::unique_lock<std::mutex> pl(park_mu_);
-      park_cv_.wait_for(pl, std::chrono::milliseconds(1),
-                        [&] { return stop_.load() || !lingering(); });
+      park_cv_.wait_for(pl, kLinger, [&] {
+        return stop_.load() || (spinners_.load() == 0 && sleepers_.load() > 0);
+      });
       continue;
     }
     bool sleep = true;
@@ -311,7 +335,7 @@ void Engine::shutdown() {
   auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
   while (!backlog_.empty() && std::chrono::steady_clock::now() < until) progress_locked();
   std::vector<std::shared_ptr<Op>> pending;
-  for (auto& [id, op] : ops_) pending.push_back(op);
+  for (auto& op : ops_.snapshot()) pending.push_back(op);
   for (auto& [key, l] : links_)
     for (Pending& p : l->queue)
       if (p.op) pending.push_back(p.op);

@@ -1,4 +1,6 @@
-// The Work of a point-to-point operation.
+// The Work of a point-to-point operation. It holds the engine's Op itself (one allocation
+// per isend/irecv: the engine keeps the Work alive through an aliasing pointer to its Op
+// while the operation is in flight).
 #pragma once
 
 #include <memory>
@@ -11,8 +13,15 @@ namespace tpcomm::detail {
 
 class P2PWork : public Work {
  public:
-  P2PWork(std::shared_ptr<GroupState> group, std::shared_ptr<p2p::Op> op)
-      : group_(std::move(group)), engine_(group_->world->engine), op_(std::move(op)) {}
+  explicit P2PWork(std::shared_ptr<GroupState> group) : group_(std::move(group)) {}
+
+  /// A new Work whose Op the engine fills in: pass `op` to Engine::post_send / post_recv.
+  static std::shared_ptr<P2PWork> make(const std::shared_ptr<GroupState>& group,
+                                       std::shared_ptr<p2p::Op>* op) {
+    auto w = std::make_shared<P2PWork>(group);
+    *op = std::shared_ptr<p2p::Op>(w, &w->op_);
+    return w;
+  }
 
   bool wait(std::optional<std::chrono::milliseconds> timeout) override;
   bool is_completed() override;
@@ -20,12 +29,13 @@ class P2PWork : public Work {
   std::exception_ptr exception() override;
   int source_rank() override;
 
-  const p2p::Op& op() const { return *op_; }
+  const p2p::Op& op() const { return op_; }
 
  private:
+  p2p::Engine& engine() const { return *group_->world->engine; }
+
   std::shared_ptr<GroupState> group_;
-  std::shared_ptr<p2p::Engine> engine_;
-  std::shared_ptr<p2p::Op> op_;
+  p2p::Op op_;
 };
 
 }  // namespace tpcomm::detail

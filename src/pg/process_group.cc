@@ -264,8 +264,11 @@ std::shared_ptr<Work> ProcessGroup::isend(const Tensor& tensor, int dst, int tag
   state_->check_usable("isend");
   state_->check_peer("isend", dst, false);
   check_tensor("isend", tensor);
-  auto op = state_->world->engine->post_send(state_->info, state_->info.ranks[dst], tag, tensor);
-  return std::make_shared<detail::P2PWork>(state_, std::move(op));
+  std::shared_ptr<p2p::Op> op;
+  auto w = detail::P2PWork::make(state_, &op);
+  state_->world->engine->post_send(state_->info, state_->info.ranks[dst], tag, tensor,
+                                   std::move(op));
+  return w;
 }
 
 std::shared_ptr<Work> ProcessGroup::irecv(const Tensor& tensor, int src, int tag) {
@@ -273,8 +276,10 @@ std::shared_ptr<Work> ProcessGroup::irecv(const Tensor& tensor, int src, int tag
   state_->check_peer("irecv", src, true);
   check_tensor("irecv", tensor);
   int global = src == kAnySource ? p2p::kAnySource : state_->info.ranks[src];
-  auto op = state_->world->engine->post_recv(state_->info, global, tag, tensor);
-  return std::make_shared<detail::P2PWork>(state_, std::move(op));
+  std::shared_ptr<p2p::Op> op;
+  auto w = detail::P2PWork::make(state_, &op);
+  state_->world->engine->post_recv(state_->info, global, tag, tensor, std::move(op));
+  return w;
 }
 
 std::shared_ptr<Work> ProcessGroup::send(const Tensor& tensor, int dst, int tag) {

@@ -1,0 +1,45 @@
+// The buffers of pending receives, so that a receive into memory another pending receive
+// still owns is refused. A sorted flat array: usually it holds a handful of ranges, and then
+// the check, the insertion and the removal cost no allocation.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+namespace tpcomm::p2p {
+
+class RangeSet {
+ public:
+  struct Range {
+    uintptr_t start, end;
+    uint32_t id;  ///< the owning operation
+  };
+
+  /// The range overlapping [start, end), or null.
+  const Range* overlap(uintptr_t start, uintptr_t end) const {
+    auto it = upper(start);
+    if (it != v_.begin() && std::prev(it)->end > start) return &*std::prev(it);
+    if (it != v_.end() && it->start < end) return &*it;
+    return nullptr;
+  }
+  /// Adds a range that overlaps none (check with overlap() first).
+  void insert(uintptr_t start, uintptr_t end, uint32_t id) {
+    v_.insert(upper(start), Range{start, end, id});
+  }
+  /// Removes the range that starts at `start`.
+  void erase(uintptr_t start) {
+    auto it = upper(start);
+    if (it != v_.begin() && std::prev(it)->start == start) v_.erase(std::prev(it));
+  }
+  size_t size() const { return v_.size(); }
+
+ private:
+  std::vector<Range>::const_iterator upper(uintptr_t start) const {
+    return std::upper_bound(v_.begin(), v_.end(), start,
+                            [](uintptr_t s, const Range& r) { return s < r.start; });
+  }
+  std::vector<Range> v_;
+};
+
+}  // namespace tpcomm::p2p
