@@ -135,6 +135,7 @@ struct Qp {
 };
 struct Ctx {
   ibv_context ctx;
+  int dev = 0;  // index in g_devs
   int bell = -1;
   std::string bell_name;
   std::thread hca;
@@ -152,14 +153,32 @@ std::vector<Ctx*> g_ctxs;
 std::atomic<int> g_port_state{IBV_PORT_ACTIVE};
 std::atomic<uint32_t> g_ctx_counter{0};
 std::atomic<uint32_t> g_qp_counter{0};
-ibv_device g_dev = [] {
-  ibv_device d{};
-  d.node_type = IBV_NODE_CA;
-  d.transport_type = IBV_TRANSPORT_IB;
-  std::snprintf(d.name, sizeof(d.name), "tpfake0");
-  std::snprintf(d.dev_name, sizeof(d.dev_name), "uverbs_tpfake0");
-  return d;
-}();
+constexpr int kMaxDevs = 4;
+std::atomic<int> g_ndevs{1};
+ibv_device g_devs[kMaxDevs] = {};
+std::once_flag g_devs_once;
+tpfake_stats g_stats[kMaxDevs] = {};  // under g_mu
+std::atomic<int> g_fork_init{0};
+
+void init_devs() {
+  std::call_once(g_devs_once, [] {
+    for (int i = 0; i < kMaxDevs; ++i) {
+      ibv_device& d = g_devs[i];
+      d.node_type = IBV_NODE_CA;
+      d.transport_type = IBV_TRANSPORT_IB;
+      std::snprintf(d.name, sizeof(d.name), "tpfake%d", i);
+      std::snprintf(d.dev_name, sizeof(d.dev_name), "uverbs_tpfake%d", i);
+    }
+    for (tpfake_stats& st : g_stats) st.last_traffic_class = st.last_sl = -1;
+  });
+}
+
+int dev_index(const char* name) {
+  init_devs();
+  for (int i = 0; i < kMaxDevs; ++i)
+    if (name != nullptr && std::strcmp(g_devs[i].name, name) == 0) return i;
+  return -1;
+}
 
 Ctx* ctx_of(ibv_context* c) { return reinterpret_cast<Ctx*>(c); }
 Qp* qp_of(ibv_qp* q) { return reinterpret_cast<Qp*>(q); }
@@ -604,6 +623,9 @@ int op_post_send(ibv_qp* qpp, ibv_send_wr* wr, ibv_send_wr** bad) {
       w.raddr = 0;  // offset in the message
     }
     w.imm = wr->imm_data;
+    tpfake_stats& st = g_stats[ctx_of(qpp->context)->dev];
+    st.tx_bytes += total;
+    st.tx_wrs++;
     q->sq.push_back(std::move(w));
     if (q->qp.state == IBV_QPS_ERR) {
       q->qp.state = IBV_QPS_SQE;  // set_error flushes what is queued
@@ -668,10 +690,12 @@ bool has_mask(int mask, int required, int optional) {
 extern "C" {
 
 ibv_device**(ibv_get_device_list)(int* n) {
-  auto** l = new ibv_device*[2];
-  l[0] = &g_dev;
-  l[1] = nullptr;
-  if (n != nullptr) *n = 1;
+  init_devs();
+  int k = g_ndevs.load();
+  auto** l = new ibv_device*[k + 1];
+  for (int i = 0; i < k; ++i) l[i] = &g_devs[i];
+  l[k] = nullptr;
+  if (n != nullptr) *n = k;
   return l;
 }
 
@@ -680,11 +704,13 @@ void ibv_free_device_list(ibv_device** l) { delete[] l; }
 const char* ibv_get_device_name(ibv_device* d) { return d->name; }
 
 ibv_context* ibv_open_device(ibv_device* d) {
-  if (d != &g_dev) {
+  int dev = d == nullptr ? -1 : dev_index(d->name);
+  if (dev < 0 || d != &g_devs[dev] || dev >= g_ndevs.load()) {
     errno = ENODEV;
     return nullptr;
   }
   auto* c = new Ctx();
+  c->dev = dev;
   c->ctx.device = d;
   c->ctx.cmd_fd = -1;
   c->ctx.async_fd = -1;
@@ -819,6 +845,8 @@ ibv_mr*(ibv_reg_mr)(ibv_pd* pd, void* addr, size_t length, int access) {
   m->mr.lkey = m->mr.rkey = key;
   m->access = access;
   c->mrs[key] = m;
+  g_stats[c->dev].reg_mr++;
+  g_stats[c->dev].live_mrs++;
   reinterpret_cast<Pd*>(pd)->refs++;
   return &m->mr;
 }
@@ -837,6 +865,8 @@ int ibv_dereg_mr(ibv_mr* mp) {
   Ctx* c = ctx_of(mp->context);
   Mr* m = reinterpret_cast<Mr*>(mp);
   c->mrs.erase(mp->lkey);
+  g_stats[c->dev].dereg_mr++;
+  g_stats[c->dev].live_mrs--;
   reinterpret_cast<Pd*>(mp->pd)->refs--;
   delete m;
   return 0;
@@ -1036,6 +1066,8 @@ int ibv_modify_qp(ibv_qp* qpp, ibv_qp_attr* a, int mask) {
     q->rq_psn = a->rq_psn;
     q->min_rnr = a->min_rnr_timer;
     q->sgid_index = ah.grh.sgid_index;
+    g_stats[c->dev].last_traffic_class = ah.grh.traffic_class;
+    g_stats[c->dev].last_sl = ah.sl;
     if (mask & IBV_QP_ACCESS_FLAGS) q->access = static_cast<int>(a->qp_access_flags);
   } else if (from == IBV_QPS_RTR && to == IBV_QPS_RTS) {
     int req = IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
@@ -1136,5 +1168,48 @@ int tpfake_force_qp_error(uint32_t qpn) {
 }
 
 void tpfake_set_port_state(int state) { g_port_state.store(state); }
+
+int tpfake_set_device_count(int n) {
+  if (n < 1 || n > kMaxDevs) return EINVAL;
+  g_ndevs.store(n);
+  return 0;
+}
+
+int tpfake_get_stats(const char* device, tpfake_stats* out) {
+  int i = dev_index(device);
+  if (i < 0 || out == nullptr) return EINVAL;
+  std::lock_guard<std::mutex> lk(g_mu);
+  *out = g_stats[i];
+  out->fork_init = g_fork_init.load();
+  return 0;
+}
+
+void tpfake_reset_stats() {
+  std::lock_guard<std::mutex> lk(g_mu);
+  for (tpfake_stats& s : g_stats) {
+    uint64_t live = s.live_mrs;
+    s = tpfake_stats{};
+    s.live_mrs = live;
+    s.last_traffic_class = s.last_sl = -1;
+  }
+  g_fork_init.store(0);
+}
+
+int tpfake_force_device_error(const char* device) {
+  int i = dev_index(device);
+  if (i < 0) return -1;
+  std::lock_guard<std::mutex> lk(g_mu);
+  int n = 0;
+  for (Ctx* c : g_ctxs)
+    if (c->dev == i)
+      for (Qp* q : c->qps)
+        if (q->qp.state != IBV_QPS_ERR) set_error(q), ++n;
+  return n;
+}
+
+int ibv_fork_init(void) {
+  g_fork_init.store(1);
+  return 0;
+}
 
 }  // extern "C"

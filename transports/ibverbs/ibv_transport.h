@@ -1,9 +1,9 @@
-// The ibverbs transport (issue 8, docs/ibverbs.md): one port, one PD, one CQ with a completion
-// channel, RC queue pairs per peer. Messages land in per-QP receive rings (recv_slots with
-// credits, Capabilities::recv_slots); put is RDMA WRITE WITH IMM. Connection data (QPNs, PSNs,
-// LID, GID, MTU) goes through the transport's private store: connect() publishes ours and
-// announces itself in the peer's inbox; the peer's progress() finds it, connects back and
-// replies; each side reaches RTS in progress().
+// The ibverbs transport (issue 8, docs/ibverbs.md): one rail per NIC at equal distance (each its
+// own context, PD, CQ and completion channel; rails.h), RC queue pairs per peer and rail. Messages
+// land in per-QP receive rings (recv_slots with credits, Capabilities::recv_slots); put is RDMA
+// WRITE WITH IMM. Connection data (QPNs, PSNs, LID, GID, MTU) goes through the transport's private
+// store: connect() publishes ours and announces itself in the peer's inbox; the peer's progress()
+// finds it, connects back and replies; each side reaches RTS in progress().
 #pragma once
 
 #include <chrono>
@@ -16,6 +16,8 @@
 
 #include "tpcomm/transport/transport.hpp"
 #include "transports/ibverbs/options.h"
+#include "transports/ibverbs/rails.h"
+#include "transports/ibverbs/reg_cache.h"
 #include "transports/ibverbs/verbs_lib.h"
 
 namespace tpcomm::ibv {
@@ -44,6 +46,9 @@ class IbvEndpoint : public transport::Endpoint {
   uint32_t id_;
   State state_ = State::Init;
   std::chrono::steady_clock::time_point deadline_;
+  size_t rails_ = 1;  ///< rails of this connection: min of both ranks' rail counts
+  size_t qpr_ = 1;    ///< QPs per rail (TPCOMM_IB_QPS_PER_CONNECTION)
+  /// rails_ x qpr_ QPs, rail-major: QP i is on rail i / qpr_. Messages use QP 0 (rail 0).
   std::vector<ibv_qp*> qps_;
   std::vector<uint32_t> psn_;
   Block recv_, send_;
@@ -53,7 +58,7 @@ class IbvEndpoint : public transport::Endpoint {
   uint64_t next_seq_ = 1;
   int unsignaled_ = 0;
   int puts_in_flight_ = 0;
-  size_t next_put_qp_ = 0;
+  uint64_t next_put_ = 0;  ///< puts so far: chooses the rail, then the QP within it
   std::string failure_;
 };
 
@@ -75,7 +80,7 @@ class IbvTransport : public transport::Transport {
 
   // Used by the endpoints.
   const VerbsLib& lib() const { return lib_; }
-  ibv_pd* pd() const { return pd_; }
+  const std::vector<Rail>& rails() const { return rails_; }
   size_t max_message() const { return kMaxMessage; }
   uint32_t slots() const { return kSlots; }
   uint32_t max_inline() const { return max_inline_; }
@@ -89,41 +94,42 @@ class IbvTransport : public transport::Transport {
   void drop_put(uint64_t id) { puts_.erase(id); }
   /// Marks `ep` failed with `reason` (reported once from progress()).
   void fail(IbvEndpoint& ep, const std::string& reason);
-  std::string where() const;  ///< "mlx5_0:1"
+  std::string where() const;  ///< "mlx5_0:1" (rail 0), "mlx5_0:1+mlx5_1:1" with several
+  std::string where(size_t rail) const { return rails_[rail].where(); }
 
   static constexpr size_t kMaxMessage = 65536;
   static constexpr uint32_t kSlots = 32;
   static constexpr uint32_t kPutDepth = 64;
 
  private:
-  IbvEndpoint& make_endpoint(int peer, std::chrono::steady_clock::time_point deadline);
+  IbvEndpoint& make_endpoint(int peer, size_t rails,
+                             std::chrono::steady_clock::time_point deadline);
+  void destroy_endpoint(IbvEndpoint& ep);
   void publish(IbvEndpoint& ep);
   bool try_rtr_rts(IbvEndpoint& ep);
   void post_recv(IbvEndpoint& ep, size_t qp, uint32_t slot);
-  int handle(const ibv_wc& wc, transport::EventSink& sink);
+  int handle(size_t rail, const ibv_wc& wc, transport::EventSink& sink);
   void poll_connections();
   int report_failures(transport::EventSink& sink);
+  void open_doorbell();
+  void ring_doorbell(int peer);
 
   transport::TransportContext ctx_;
   Options o_;
   const VerbsLib& lib_;
-  PortInfo port_;
-  ibv_context* ctx_v_ = nullptr;
-  ibv_pd* pd_ = nullptr;
-  ibv_comp_channel* channel_ = nullptr;
-  ibv_cq* cq_ = nullptr;
-  int cqe_ = 0;
-  ibv_gid gid_{};
-  int gid_index_ = 0;
+  std::vector<Rail> rails_;
+  int epoll_fd_ = -1;  ///< wait_fd(): the rails' completion channels and the doorbell
+  int bell_fd_ = -1;   ///< doorbell: an abstract Unix datagram socket peers ring on connect()
+  std::string bell_name_;
+  std::unique_ptr<RegCache> cache_;
   uint32_t max_inline_ = 0;
   uint64_t job_hash_ = 0;
   std::vector<uint8_t> address_;
   std::map<int, std::unique_ptr<IbvEndpoint>> eps_;
-  std::unordered_map<uint32_t, std::pair<IbvEndpoint*, size_t>> by_qpn_;
   std::unordered_map<uint64_t, std::pair<uint64_t, IbvEndpoint*>> puts_;  // put id -> cookie
   uint64_t next_put_ = 1;
   uint32_t next_ep_id_ = 1;
-  std::deque<ibv_wc> backlog_;  ///< polled by arm(), handled by the next progress()
+  std::deque<std::pair<size_t, ibv_wc>> backlog_;      ///< (rail, wc) polled by arm()
   std::vector<std::pair<int, std::string>> failures_;  ///< to report
   size_t inbox_seen_ = 0;
   std::chrono::steady_clock::time_point next_poll_{};

@@ -34,6 +34,7 @@ const VerbsLib& load_verbs(const std::string& library) {
 #undef TPCOMM_IBV_RESOLVE
   lib->query_gid_ex =
       reinterpret_cast<decltype(&::_ibv_query_gid_ex)>(dlsym(h, "_ibv_query_gid_ex"));
+  lib->fork_init = reinterpret_cast<decltype(&::ibv_fork_init)>(dlsym(h, "ibv_fork_init"));
   return *loaded.emplace(library, std::move(lib)).first->second;
 }
 

@@ -51,6 +51,8 @@ struct VerbsLib {
 #undef TPCOMM_IBV_MEMBER
   /// _ibv_query_gid_ex (rdma-core 32+): the GID type; nullptr on older libraries.
   decltype(&::_ibv_query_gid_ex) query_gid_ex = nullptr;
+  /// ibv_fork_init (TPCOMM_IB_FORK_SAFE); optional so that minimal libraries load.
+  decltype(&::ibv_fork_init) fork_init = nullptr;
 };
 
 /// Opens `library` once per name and resolves the table. Throws NotSupportedError with a
