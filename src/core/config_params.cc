@@ -126,6 +126,20 @@ constexpr Param kParams[] = {
    "'allreduce:0-64k:recursive_doubling;allreduce:ring;broadcast:tree'. Ops: broadcast, "
    "allreduce, reduce, allgather, gather, scatter, reducescatter, alltoall, barrier; tpinfo and "
    "ConfigError messages list each op's algorithms. Unset: a cost model picks.", "collectives"},
+  {"TPCOMM_CHECK_SIGNATURE", T::Bool, "1", "",
+   "Collective signatures: each collective's message tags carry its operation code and a hash "
+   "of dtype, element count, root and reduce op, so that ranks calling different collectives "
+   "fail with a MismatchError naming both calls instead of mixing data or hanging. 0: off "
+   "(for measuring its cost).", "collectives"},
+  {"TPCOMM_FLIGHT_RECORDER", T::Int, "2048", "0..16777216",
+   "Flight recorder: the last N collectives of each group (operation, sequence number, dtype, "
+   "count, root, algorithm, state, times) kept in a ring (56 bytes an entry; rounded up to a "
+   "power of two) and dumped to TPCOMM_FLIGHT_RECORDER_DIR when a collective fails with a "
+   "timeout, a lost peer or a mismatch, and on SIGUSR1; tpinfo --trace DIR reads the dumps. "
+   "0: off.", "collectives"},
+  {"TPCOMM_FLIGHT_RECORDER_DIR", T::String, "", "",
+   "Directory of the flight recorder's dumps (one file per rank, rank<N>.trace); default "
+   "/tmp/tpcomm_trace_<TPCOMM_JOB_ID>.", "collectives"},
   {"TPCOMM_REDUCE_ISA", T::Enum, "auto", "auto|avx512fp16|avx512|avx2|scalar",
    "Instruction set of the host reduction kernels: auto picks the widest the CPU supports "
    "(avx512fp16 is avx512 plus the AVX512-FP16 and AVX512-BF16 extensions, used for float16 "

@@ -3,6 +3,7 @@
 
 #include <sstream>
 
+#include "core/config.h"
 #include "core/log.h"
 #include "tpcomm/error.hpp"
 
@@ -150,12 +151,15 @@ void execute(GroupState& g, const char* op, const CollectiveOptions& o, const Co
   auto timeout = o.timeout.count() > 0 ? o.timeout : g.timeout;
   call.deadline = Deadline::after(timeout);
   call.hints = cs.hints;
+  call.ring = cs.ring.get();
+  call.check_signature = cs.check_signature;
   EngineComm comm(std::move(call));
   CollContext ctx{comm, cs.host.get()};
   const char* algo = nullptr;
   try {
     algo = body(ctx);
   } catch (...) {
+    comm.on_failure(std::current_exception());
     if (comm.posted() > 0 && !ctx.clean_failure) {
       cs.broken = comm.where() + " failed part-way (" + message_of(std::current_exception()) + ")";
       TPLOG(WARN, COLL) << "group '" << g.info.name << "': " << cs.broken;
@@ -173,6 +177,7 @@ void execute(GroupState& g, const char* op, const CollectiveOptions& o, const Co
     }
     throw;
   }
+  comm.record_done(algo);
   std::lock_guard<std::mutex> lk(cs.info_mu);
   cs.last_algorithm = algo ? algo : "";
 }
@@ -201,6 +206,9 @@ CollState& coll_state(GroupState& g) {
     cs->channel.id = fnv1a(std::to_string(g.info.id) + "/collectives");
     cs->channel.name = g.info.name + "/coll";
     g.world->engine->add_group(cs->channel);
+    cs->ring = fr::make_ring({g.info.id, g.info.name, g.world->rank, g.world->world_size, g.rank,
+                              g.info.ranks, g.world.get()});
+    cs->check_signature = config::get_bool("TPCOMM_CHECK_SIGNATURE");
     g.coll = cs;
   }
   return *g.coll;

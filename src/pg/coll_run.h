@@ -15,6 +15,7 @@
 #include "collectives/comm.h"
 #include "collectives/shm/host_coll.h"
 #include "pg/engine_comm.h"
+#include "pg/flight_recorder.h"
 #include "pg/group_state.h"
 #include "tpcomm/process_group.hpp"
 
@@ -61,6 +62,8 @@ struct CollState {
   std::string last_algorithm;  ///< of the last collective that completed here
   std::shared_ptr<CollQueue> queue = std::make_shared<CollQueue>();
   std::thread worker;
+  std::shared_ptr<fr::Ring> ring;  ///< the flight recorder (pg/flight_recorder.h); null: off
+  bool check_signature = true;     ///< TPCOMM_CHECK_SIGNATURE
 
   ~CollState();
 };

@@ -189,15 +189,34 @@ void EngineComm::check_members() const {
     std::string n = notice();
     throw PeerError(where() + " cannot complete" + lost + (n.empty() ? "" : ". First loss: " + n));
   }
-  // Another member may have lost one we have no link to (a slow path: one store look-up per
-  // check, after the call has waited kLostCheck).
-  std::string n = notice();
+  // Another member may have lost one we have no link to, or found that the members disagree
+  // (a slow path: one store look-up per check, after the call has waited kLostCheck).
+  std::string n;
+  try {
+    n = notice(true);
+  } catch (const StoreError& e) {
+    throw StoreError(where() + " has waited " + std::to_string(kLostCheck.count()) +
+                     " ms and cannot reach the group's store to learn whether the other members "
+                     "are alive: " + e.what() +
+                     ". The store's server (rank 0's process, tpstore or tprun) is gone or "
+                     "unreachable; the job cannot go on: restart it");
+  }
+  const std::string_view mismatch = kMismatchNotice;
+  if (n.compare(0, mismatch.size(), mismatch) == 0)
+    throw MismatchError(where() + ": " + n.substr(mismatch.size()));
   if (!n.empty()) throw PeerError(where() + " cannot complete: " + n);
   std::string foreign = foreign_calls();
   if (!foreign.empty()) throw MismatchError(foreign);
 }
 
 void EngineComm::sign(DType dtype, int64_t count, int root, int redop) {
+  if (rec_) {
+    rec_->dtype = static_cast<uint8_t>(dtype);
+    rec_->count = count;
+    rec_->root = root;
+    rec_->redop = static_cast<int16_t>(redop);
+  }
+  if (!c_.check_signature) return;
   // Integer mixing only: this runs on every call.
   uint64_t h = static_cast<uint64_t>(count) * 0x9E3779B97F4A7C15ull;
   h ^= (static_cast<uint64_t>(dtype) << 48) ^ (static_cast<uint64_t>(root + 1) << 24) ^
@@ -212,6 +231,27 @@ void EngineComm::sign(DType dtype, int64_t count, int root, int redop) {
   signed_redop_ = redop;
 }
 
+void EngineComm::on_failure(std::exception_ptr error) {
+  if (rec_) {
+    fr::Ring::end(rec_, fr::State::Failed, nullptr);
+    fr::on_error(*c_.ring, error);
+  }
+  if (!c_.store) return;
+  try {
+    std::rethrow_exception(error);
+  } catch (const MismatchError& e) {
+    // Best effort, once per call (a rank failing on another's notice finds it there).
+    try {
+      std::string key = lost_key(c_.seq);
+      if (!c_.store->check({key}))
+        c_.store->set(key, std::string(kMismatchNotice) + "rank " + std::to_string(c_.rank) +
+                               " reported: " + e.what());
+    } catch (const std::exception&) {
+    }
+  } catch (...) {
+  }
+}
+
 std::string EngineComm::signed_text() const {
   if (signed_count_ < 0) return "";
   std::string t =
@@ -222,11 +262,13 @@ std::string EngineComm::signed_text() const {
   return t + ")";
 }
 
-std::string EngineComm::notice() const {
+std::string EngineComm::notice(bool store_errors) const {
   if (!c_.store) return "";
   try {
     std::string key = lost_key(c_.seq);
     if (c_.store->check({key})) return c_.store->get_string(key);
+  } catch (const StoreError&) {
+    if (store_errors) throw;
   } catch (const std::exception&) {
   }
   return "";

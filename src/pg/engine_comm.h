@@ -17,6 +17,7 @@
 
 #include "collectives/comm.h"
 #include "p2p/engine.h"
+#include "pg/flight_recorder.h"
 
 namespace tpcomm::detail {
 
@@ -34,10 +35,17 @@ struct CollCall {
   /// The group's store: a member whose call failed because another member is lost posts
   /// lost_key(seq) there, so that members with no link to the lost one learn of it too.
   std::shared_ptr<Store> store;
+  /// The group's flight recorder (null: off); the call is recorded there.
+  fr::Ring* ring = nullptr;
+  /// TPCOMM_CHECK_SIGNATURE: the signature goes into the tags (false: tags carry only the
+  /// sequence slot and the algorithm's tag; mismatches are then not detected).
+  bool check_signature = true;
 };
 
-/// Store key (in the group's store) of the notice that collective `seq` lost a member.
+/// Store key (in the group's store) of the notice that collective `seq` lost a member, or
+/// that its members disagree (the value then starts with kMismatchNotice).
 std::string lost_key(uint64_t seq);
+inline constexpr const char* kMismatchNotice = "MismatchError: ";
 
 /// Number of distinct sequence slots in the tags (bounds the engine's channel tables).
 inline constexpr uint64_t kSeqWindow = 8;
@@ -55,7 +63,11 @@ const char* op_of_code(uint32_t code);
 
 class EngineComm : public coll::CollComm {
  public:
-  explicit EngineComm(CollCall call) : c_(std::move(call)), sig_(op_code(c_.op) << kSigShift) {}
+  explicit EngineComm(CollCall call) : c_(std::move(call)) {
+    const uint32_t code = op_code(c_.op);
+    if (c_.check_signature) sig_ = code << kSigShift;
+    if (c_.ring) rec_ = c_.ring->begin(static_cast<uint8_t>(code), c_.seq);
+  }
 
   int rank() const override { return c_.rank; }
   int size() const override { return static_cast<int>(c_.channel->ranks.size()); }
@@ -75,6 +87,15 @@ class EngineComm : public coll::CollComm {
   std::string where() const;
   /// Number of operations posted so far (0: the call failed before communicating).
   uint64_t posted() const { return posted_; }
+  /// Marks the call completed in the flight recorder (`algo`: a static catalogue name).
+  void record_done(const char* algo) {
+    if (rec_) fr::Ring::end(rec_, fr::State::Completed, algo);
+  }
+  /// The call failed with `error`: marks it failed in the flight recorder (which dumps when
+  /// the error calls for it) and, for a MismatchError, posts a notice in the group's store
+  /// (lost_key) so that members that hold none of the disagreeing messages fail with the
+  /// same MismatchError at their next check instead of at their deadline.
+  void on_failure(std::exception_ptr error);
 
  private:
   coll::Request post(bool send, void* buf, size_t bytes, int peer, int tag);
@@ -86,8 +107,10 @@ class EngineComm : public coll::CollComm {
   /// The MismatchError text when unmatched messages of this call's sequence slot carry
   /// another operation's code, else "".
   std::string foreign_calls() const;
-  /// The lost-member notice another member posted for this call (lost_key), or "".
-  std::string notice() const;
+  /// The notice another member posted for this call (lost_key: a lost member, or a
+  /// mismatch when it starts with kMismatchNotice), or "". A store that fails gives "",
+  /// or a StoreError with `store_errors`.
+  std::string notice(bool store_errors = false) const;
   /// "; rank 2 of the group (global rank 2) is gone: ..." for each lost member, or "".
   std::string lost_members() const;
   /// How often a long wait checks for lost members.
@@ -95,6 +118,7 @@ class EngineComm : public coll::CollComm {
 
   CollCall c_;
   uint64_t posted_ = 0;
+  fr::Entry* rec_ = nullptr;  ///< this call's flight recorder entry (null: off)
   uint32_t sig_ = 0;  ///< op_code(c_.op) << kSigShift | argument hash << 24
   /// The arguments sign() hashed (formatted only for messages); signed_count_ < 0: none.
   DType signed_dtype_ = DType::UInt8;

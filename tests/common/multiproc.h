@@ -156,6 +156,8 @@ inline std::vector<RankResult> run_ranks(int n, const std::function<void(RankCon
       ::testing::UnitTest::GetInstance()->listeners().Append(rep);
       int code = 0;
       try {
+        // Flight recorder dumps of failing tests go to the run's directory (removed after).
+        setenv("TPCOMM_FLIGHT_RECORDER_DIR", (dir + "/trace").c_str(), 1);
         for (auto& [k, v] : opt.env) setenv(k.c_str(), v.c_str(), 1);
         if (opt.rank_env)
           for (auto& [k, v] : opt.rank_env(r)) setenv(k.c_str(), v.c_str(), 1);

@@ -11,12 +11,13 @@
 #include "core/config.h"
 #include "pg/link_report.h"
 #include "report.h"
+#include "trace.h"
 #include "tpcomm/error.hpp"
 
 namespace {
 
 constexpr const char* kUsage =
-    "usage: tpinfo [--topo FILE] [--json] [--links [--timeout SEC] [--bytes N]]\n"
+    "usage: tpinfo [--topo FILE] [--json] [--links [--timeout SEC] [--bytes N]] [--trace DIR]\n"
     "  (no option)   report on this machine (TPCOMM_TOPO_FILE replaces the discovery)\n"
     "  --topo FILE   report on a stored machine: an hwloc XML export (v1 or v2) or a tpcomm\n"
     "                JSON dump (TPCOMM_TOPO_DUMP_FILE); nothing is bound\n"
@@ -25,7 +26,11 @@ constexpr const char* kUsage =
     "  --links       rank x rank matrix of the transport chosen for each link and why, with a\n"
     "                preflight of every link (8 B and --bytes, default 1 MiB, each way within\n"
     "                --timeout seconds, default 30); run under tprun, e.g.\n"
-    "                tprun --nproc-per-node 4 tpinfo --links. Exit status 1 when a link fails.\n";
+    "                tprun --nproc-per-node 4 tpinfo --links. Exit status 1 when a link fails.\n"
+    "  --trace DIR   merge the flight recorder dumps of all ranks in DIR (written on a\n"
+    "                timeout, a lost peer, a mismatch or SIGUSR1 to TPCOMM_FLIGHT_RECORDER_DIR)\n"
+    "                and say which rank is behind or which call the ranks disagree on.\n"
+    "                Exit status 1 when a dump cannot be read.\n";
 
 int usage_error(const std::string& what) {
   std::fprintf(stderr, "tpinfo: %s\n%s", what.c_str(), kUsage);
@@ -67,6 +72,13 @@ int main(int argc, char** argv) {
                     p->description.data());
       }
       return 0;
+    } else if (a == "--trace") {
+      if (i + 1 >= argc) return usage_error("--trace needs a directory");
+      std::string out, err;
+      int rc = tpcomm::tpinfo::trace_report(argv[++i], out, err);
+      std::fwrite(out.data(), 1, out.size(), stdout);
+      std::fwrite(err.data(), 1, err.size(), stderr);
+      return rc;
     } else if (a == "--links") {
       links = true;
     } else if (a == "--timeout" || a == "--bytes") {

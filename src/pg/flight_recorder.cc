@@ -1,0 +1,342 @@
+// The flight recorder: rings, the registry of live rings, dump files, the SIGUSR1 path.
+#include "pg/flight_recorder.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "core/config.h"
+#include "core/log.h"
+#include "pg/engine_comm.h"
+#include "pg/group_state.h"
+#include "tpcomm/error.hpp"
+#include "tpcomm/types.hpp"
+
+namespace tpcomm::detail::fr {
+namespace {
+
+uint64_t realtime_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+// Process-wide state: the live rings, the clock calibration, the signal path.
+struct Registry {
+  std::mutex mu;
+  std::vector<std::weak_ptr<Ring>> rings;
+  uint64_t tick0 = 0, ns0 = 0;  // calibration: a counter reading and the wall clock then
+  std::mutex dump_mu;           // one dump at a time (files are replaced whole)
+  pid_t signal_pid = 0;         // the process that installed the handler (fork check)
+};
+
+Registry& registry() {
+  static Registry* r = new Registry;  // never destroyed: the signal thread may outlive main
+  return *r;
+}
+
+std::atomic<int> g_signal_fd{-1};
+
+void on_sigusr1(int) {
+  int saved = errno;
+  int fd = g_signal_fd.load(std::memory_order_relaxed);
+  if (fd >= 0) {
+    char c = 1;
+    ssize_t n = ::write(fd, &c, 1);
+    (void)n;
+  }
+  errno = saved;
+}
+
+void signal_thread(int fd) {
+  char buf[64];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    try {
+      dump_flight_recorder("SIGUSR1");
+    } catch (const std::exception& e) {
+      TPLOG(WARN, COLL) << "flight recorder: dump on SIGUSR1 failed: " << e.what();
+    }
+  }
+}
+
+// Installs the SIGUSR1 handler and its dump thread once per process (again after a fork),
+// only where SIGUSR1 still has its default action (a program's own handler is kept).
+void install_signal(Registry& r) {
+  pid_t me = getpid();
+  if (r.signal_pid == me) return;
+  r.signal_pid = me;
+  struct sigaction old {};
+  if (sigaction(SIGUSR1, nullptr, &old) != 0) return;
+  bool ours = old.sa_handler == on_sigusr1;
+  if (!ours && (old.sa_flags & SA_SIGINFO || old.sa_handler != SIG_DFL)) {
+    TPLOG(INFO, COLL) << "flight recorder: SIGUSR1 has a handler already; no dump on SIGUSR1";
+    return;
+  }
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return;
+  fcntl(fds[1], F_SETFL, O_NONBLOCK);
+  try {
+    std::thread(signal_thread, fds[0]).detach();
+  } catch (const std::exception&) {
+    close(fds[0]);
+    close(fds[1]);
+    return;
+  }
+  g_signal_fd.store(fds[1]);
+  if (!ours) {
+    struct sigaction sa {};
+    sa.sa_handler = on_sigusr1;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGUSR1, &sa, nullptr);
+  }
+}
+
+const char* state_name(uint8_t s) {
+  switch (static_cast<State>(s)) {
+    case State::Enqueued:
+      return "enqueued";
+    case State::Started:
+      return "started";
+    case State::Completed:
+      return "completed";
+    case State::Failed:
+      return "failed";
+    default:
+      return "free";
+  }
+}
+
+// One line of text: newlines and tabs become spaces.
+std::string one_line(std::string s) {
+  for (char& c : s)
+    if (c == '\n' || c == '\r' || c == '\t') c = ' ';
+  return s;
+}
+
+// Converts counter readings to wall-clock ns with the calibration and a reading now.
+struct Clock {
+  uint64_t tick0, ns0;
+  double ns_per_tick;
+};
+
+bool write_file(const std::string& path, const std::string& text) {
+  std::string tmp = path + ".tmp." + std::to_string(getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return false;
+  const char* p = text.data();
+  size_t left = text.size();
+  while (left > 0) {
+    ssize_t n = ::write(fd, p, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      return false;
+    }
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+  ::close(fd);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    ::unlink(tmp.c_str());
+    return false;
+  }
+  return true;
+}
+
+// mkdir -p.
+bool make_dirs(const std::string& dir) {
+  for (size_t i = 1; i <= dir.size(); ++i) {
+    if (i < dir.size() && dir[i] != '/') continue;
+    std::string part = dir.substr(0, i);
+    if (::mkdir(part.c_str(), 0755) != 0 && errno != EEXIST) return false;
+  }
+  struct stat st {};
+  return ::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+// Dumps the rings of world rank `only_rank` (-1: every world rank of the process).
+std::vector<std::string> dump(const std::string& reason, int only_rank) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> dlk(r.dump_mu);
+  std::vector<std::shared_ptr<Ring>> live;
+  Clock clock{};
+  {
+    std::lock_guard<std::mutex> lk(r.mu);
+    for (auto& w : r.rings)
+      if (auto p = w.lock())
+        if (only_rank < 0 || p->meta().world_rank == only_rank) live.push_back(std::move(p));
+    clock.tick0 = r.tick0;
+    clock.ns0 = r.ns0;
+  }
+  std::vector<std::string> paths;
+  if (live.empty()) return paths;
+  uint64_t tick1 = Ring::ticks(), ns1 = realtime_ns();
+  clock.ns_per_tick =
+      tick1 > clock.tick0 && ns1 > clock.ns0
+          ? static_cast<double>(ns1 - clock.ns0) / static_cast<double>(tick1 - clock.tick0)
+          : 1.0;
+  std::map<int, std::vector<Ring*>> by_rank;
+  for (auto& p : live) by_rank[p->meta().world_rank].push_back(p.get());
+  std::string dir = dump_dir();
+  if (!make_dirs(dir)) {
+    TPLOG(WARN, COLL) << "flight recorder: cannot create the dump directory '" << dir << "' (errno "
+                      << errno << "); set TPCOMM_FLIGHT_RECORDER_DIR";
+    return paths;
+  }
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  std::string job = config::get_string("TPCOMM_JOB_ID");
+  if (job.empty()) job = "default";
+  for (auto& [rank, rings] : by_rank) {
+    std::string out = "tpcomm-flight-recorder v1\n";
+    out += "rank " + std::to_string(rank) + "\n";
+    out += "world_size " + std::to_string(rings[0]->meta().world_size) + "\n";
+    out += "host " + one_line(host_identity()) + "\n";
+    out += "hostname " + one_line(host) + "\n";
+    out += "pid " + std::to_string(getpid()) + "\n";
+    out += "job " + one_line(job) + "\n";
+    out += "time_ns " + std::to_string(ns1) + "\n";
+    out += "reason " + one_line(reason) + "\n";
+    for (Ring* ring : rings) ring->format(out, clock.tick0, clock.ns0, clock.ns_per_tick);
+    out += "end\n";
+    std::string path = dir + "/rank" + std::to_string(rank) + ".trace";
+    if (write_file(path, out)) {
+      paths.push_back(path);
+      TPLOG(WARN, COLL) << "flight recorder: rank " << rank << " dumped to " << path << " ("
+                        << one_line(reason) << ")";
+    } else {
+      TPLOG(WARN, COLL) << "flight recorder: cannot write " << path << " (errno " << errno << ")";
+    }
+  }
+  return paths;
+}
+
+}  // namespace
+
+uint64_t Ring::steady_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+Ring::Ring(Meta meta, size_t entries) : meta_(std::move(meta)) {
+  size_t n = 1;
+  while (n < entries) n <<= 1;
+  e_ = static_cast<Entry*>(std::calloc(n, sizeof(Entry)));
+  if (!e_) throw std::bad_alloc();
+  mask_ = n - 1;
+}
+
+Ring::~Ring() { std::free(e_); }
+
+void Ring::format(std::string& out, uint64_t tick0, uint64_t ns0, double ns_per_tick) const {
+  auto to_ns = [&](uint64_t t) {
+    double d = (static_cast<double>(t) - static_cast<double>(tick0)) * ns_per_tick;
+    return static_cast<uint64_t>(static_cast<double>(ns0) + d);
+  };
+  const uint64_t next = next_.load(std::memory_order_relaxed);
+  const uint64_t n = mask_ + 1;
+  const uint64_t first = next > n ? next - n : 0;
+  std::string ranks;
+  for (size_t i = 0; i < meta_.ranks.size(); ++i)
+    ranks += (i ? "," : "") + std::to_string(meta_.ranks[i]);
+  char id[17];
+  std::snprintf(id, sizeof id, "%016llx", static_cast<unsigned long long>(meta_.group_id));
+  out += std::string("group id=") + id + " name=" + one_line(meta_.group_name) +
+         " group_rank=" + std::to_string(meta_.group_rank) + " ranks=" + ranks +
+         " capacity=" + std::to_string(n) + " recorded=" + std::to_string(next) + "\n";
+  for (uint64_t i = first; i < next; ++i) {
+    const Entry& e = e_[i & mask_];
+    uint8_t st =
+        std::atomic_ref<uint8_t>(const_cast<uint8_t&>(e.state)).load(std::memory_order_acquire);
+    if (st == static_cast<uint8_t>(State::Free)) continue;
+    out += "op seq=" + std::to_string(e.seq) + " op=" + op_of_code(e.op);
+    if (e.dtype != 0xFF && e.count >= 0) {
+      out +=
+          std::string(" dtype=") + dtype_name(static_cast<DType>(e.dtype)) +
+          " count=" + std::to_string(e.count) + " bytes=" +
+          std::to_string(static_cast<uint64_t>(e.count) * dtype_size(static_cast<DType>(e.dtype)));
+    }
+    if (e.root >= 0) out += " root=" + std::to_string(e.root);
+    if (e.redop >= 0)
+      out += std::string(" redop=") + reduce_op_name(static_cast<ReduceOp>(e.redop));
+    if (e.algo) out += std::string(" algo=") + e.algo;
+    out += std::string(" state=") + state_name(st);
+    out += " start_ns=" + std::to_string(to_ns(e.t_start));
+    if (e.t_end) out += " end_ns=" + std::to_string(to_ns(e.t_end));
+    out += "\n";
+  }
+}
+
+std::string dump_dir() {
+  std::string d = config::get_string("TPCOMM_FLIGHT_RECORDER_DIR");
+  if (!d.empty()) {
+    while (d.size() > 1 && d.back() == '/') d.pop_back();
+    return d;
+  }
+  std::string job = config::get_string("TPCOMM_JOB_ID");
+  if (job.empty()) job = "default";
+  for (char& c : job)
+    if (c == '/' || c == ' ') c = '_';
+  return "/tmp/tpcomm_trace_" + job;
+}
+
+std::shared_ptr<Ring> make_ring(Ring::Meta meta) {
+  int64_t n = config::get_int("TPCOMM_FLIGHT_RECORDER");
+  if (n <= 0) return nullptr;
+  auto ring = std::make_shared<Ring>(std::move(meta), static_cast<size_t>(n));
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lk(r.mu);
+  if (r.tick0 == 0) {
+    r.tick0 = Ring::ticks();
+    r.ns0 = realtime_ns();
+  }
+  r.rings.erase(std::remove_if(r.rings.begin(), r.rings.end(),
+                               [](const std::weak_ptr<Ring>& w) { return w.expired(); }),
+                r.rings.end());
+  r.rings.push_back(ring);
+  install_signal(r);
+  return ring;
+}
+
+void on_error(Ring& ring, std::exception_ptr error) {
+  std::string reason;
+  try {
+    std::rethrow_exception(error);
+  } catch (const TimeoutError& e) {
+    reason = std::string("TimeoutError: ") + e.what();
+  } catch (const MismatchError& e) {
+    reason = std::string("MismatchError: ") + e.what();
+  } catch (const PeerError& e) {
+    reason = std::string("PeerError: ") + e.what();
+  } catch (...) {
+    return;
+  }
+  if (!ring.first_error_dump()) return;
+  try {
+    dump(reason, ring.meta().world_rank);
+  } catch (const std::exception& e) {
+    TPLOG(WARN, COLL) << "flight recorder: dump failed: " << e.what();
+  }
+}
+
+std::vector<std::string> dump_flight_recorder(const std::string& reason) {
+  return dump(reason, -1);
+}
+
+}  // namespace tpcomm::detail::fr
