@@ -109,6 +109,7 @@ PostStatus UcxEndpoint::put(const transport::MemoryRegion& src, size_t src_offse
   if (ps != PostStatus::Ok || length == 0) return ps;
   Req* r = t_.new_req();
   r->kind = Req::PutData;
+  ++t_.transfers_;
   r->peer = peer_;
   r->cookie = cookie;
   r->has_cookie = true;
@@ -135,7 +136,10 @@ UcxRegion::UcxRegion(UcxTransport& t, void* addr, size_t length, Device device)
     : MemoryRegion(addr, length, device), t_(t) {
   key_.addr = reinterpret_cast<uintptr_t>(addr);
   key_.length = length;
-  if (length == 0 || t.opt_.put == PutMode::Tag) return;  // tag-mode puts need no rkey
+  // Tag-mode puts need no rkey: while no endpoint puts by ucp_put_nbx (no RDMA lane, or
+  // TPCOMM_UCX_PUT=tag) no ucp_mem_map per rendezvous. (A region without a key that an RMA
+  // endpoint targets later is reached by tagged messages: the blob is empty.)
+  if (length == 0 || (t.opt_.put != PutMode::Rma && t.rma_endpoints_ == 0)) return;
   const UcpLib& u = t.u_;
   ucp_mem_map_params_t mp{};
   mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <thread>
 
 #include "core/log.h"
@@ -444,6 +445,7 @@ transport::Endpoint& UcxTransport::connect(int peer, std::span<const uint8_t> a,
     lanes += (lanes.empty() ? "" : ",") + l;
   }
   e->rma_ = opt_.put == PutMode::Rma || (opt_.put == PutMode::Auto && rma_lane && rdma);
+  if (e->rma_) ++rma_endpoints_;
   e->info_ = lanes;
   TPLOG(INFO, UCX) << "rank " << ctx_.rank << ": endpoint to rank " << peer << " over " << lanes
                    << "; put " << (e->rma_ ? "by ucp_put_nbx" : "as tagged messages")
@@ -484,6 +486,7 @@ void UcxTransport::handle_put_header(int peer, const uint8_t* p, size_t n,
   }
   Req* r = new_req();
   r->kind = Req::DataRecv;
+  ++transfers_;
   r->peer = peer;
   r->imm = imm;
   r->addr = to;
@@ -558,6 +561,7 @@ void UcxTransport::finish(Req* r, transport::EventSink& sink, int& events) {
       }
       break;
     case Req::PutData:
+      --transfers_;
       sink.on_put_done(r->cookie, ok);
       ++events;
       break;
@@ -591,6 +595,7 @@ void UcxTransport::finish(Req* r, transport::EventSink& sink, int& events) {
       break;
     }
     case Req::DataRecv:
+      --transfers_;
       if (r->status == UCS_ERR_CANCELED) break;
       if (ok && r->info.length == r->expect) {
         if (!reported_.count(r->peer)) {
@@ -610,9 +615,13 @@ void UcxTransport::finish(Req* r, transport::EventSink& sink, int& events) {
 }
 
 void UcxTransport::check_pids() {
-  auto now = std::chrono::steady_clock::now();
-  if (now < next_pid_check_) return;
-  next_pid_check_ = now + std::chrono::milliseconds(50);
+  // Every progress call comes here: the coarse clock (a few ns, ~4 ms resolution) keeps a
+  // full clock read off the busy-poll path; the check itself runs every 50 ms.
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  int64_t now = static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+  if (now < next_pid_check_ms_) return;
+  next_pid_check_ms_ = now + 50;
   for (auto& [peer, e] : eps_) {
     if (e->pid_ <= 0 || e->failed_) continue;
     bool dead;
@@ -633,15 +642,21 @@ void UcxTransport::check_pids() {
 
 int UcxTransport::progress(transport::EventSink& sink) {
   if (closing_) return 0;
-  for (int i = 0; i < 16 && u_.ucp_worker_progress(worker_) != 0; ++i) {
+  unsigned moved = 0;
+  for (int i = 0; i < 16; ++i) {
+    unsigned n = u_.ucp_worker_progress(worker_);
+    if (n == 0) break;
+    moved += n;
   }
+  if (moved != 0 && transfers_ > 0) last_moved_ = std::chrono::steady_clock::now();
   check_pids();
   int events = 0;
-  std::vector<Req*> done;
+  std::vector<Req*>& done = done_scratch_;  // kept: no allocation per progress call
   while (!completed_.empty() || !errors_.empty()) {
     done.clear();
     done.swap(completed_);
     for (Req* r : done) finish(r, sink, events);
+    done.clear();
     while (!errors_.empty()) {
       auto [peer, reason] = errors_.front();
       errors_.pop_front();
@@ -662,6 +677,11 @@ int UcxTransport::progress(transport::EventSink& sink) {
 
 bool UcxTransport::arm() {
   if (!completed_.empty() || !errors_.empty()) return false;
+  // A rendezvous transfer that UCX is moving right now (tcp: chunk after chunk through
+  // ucp_worker_progress) is polled, not slept on: a wake-up per chunk through the event fd
+  // cost ~20% of large-message bandwidth over tcp (bench/RESULTS.md). Once UCX has moved
+  // nothing for kBusyPoll (the peer copies, or is descheduled), sleep as usual.
+  if (transfers_ > 0 && std::chrono::steady_clock::now() - last_moved_ < kBusyPoll) return false;
   if (efd_ < 0) return true;
   ucs_status_t st = u_.ucp_worker_arm(worker_);
   if (st == UCS_ERR_BUSY) return false;

@@ -128,19 +128,26 @@ class UcxTransport : public transport::Transport {
   uint64_t job_hash_ = 0;
   uint64_t host_hash_ = 0;
   uint64_t pidns_ = 0;
-  std::chrono::steady_clock::time_point next_pid_check_{};
+  int64_t next_pid_check_ms_ = 0;  ///< CLOCK_MONOTONIC_COARSE, ms
   std::unordered_map<int, std::unique_ptr<UcxEndpoint>> eps_;
 
   // Pre-posted receives for messages, put headers and notifications.
   std::vector<std::vector<uint8_t>> pool_buf_;
   std::vector<Req*> pool_req_;
 
-  std::unordered_set<Req*> live_;  ///< every request UCX may still call back
-  std::vector<Req*> completed_;    ///< filled by UCX callbacks, drained by progress()
-  std::vector<Req*> free_;         ///< recycled requests (and their copy buffers)
+  std::unordered_set<Req*> live_;   ///< every request UCX may still call back
+  std::vector<Req*> completed_;     ///< filled by UCX callbacks, drained by progress()
+  std::vector<Req*> done_scratch_;  ///< progress(): the batch being reported
+  std::vector<Req*> free_;          ///< recycled requests (and their copy buffers)
   std::deque<std::pair<int, std::string>> errors_;  ///< peer errors to report
   std::unordered_set<int> reported_;
   std::multimap<uintptr_t, uintptr_t> regions_;  ///< registered ranges: start -> end
+  /// Tag-mode put data in flight (PutData, DataRecv) and when UCX last moved bytes while
+  /// there was some: arm() polls instead of sleeping during a transfer.
+  int transfers_ = 0;
+  std::chrono::steady_clock::time_point last_moved_{};
+  static constexpr std::chrono::microseconds kBusyPoll{500};
+  int rma_endpoints_ = 0;  ///< endpoints that put by ucp_put_nbx (regions need rkeys)
   uint32_t next_put_id_ = 1;
   size_t buffered_bytes_ = 0;
   bool closing_ = false;
