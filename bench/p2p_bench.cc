@@ -9,6 +9,9 @@
 // bw_GBps: unidirectional bandwidth: rank 0 isends a window of messages, rank 1 irecvs them
 // and answers with 8 bytes; bytes / time, median of several samples (1 GB = 1e9 B).
 // memcpy_GBps: single-thread memcpy of the same size on this machine, for reference.
+// --stream W: bandwidth only, measured like ucx_perftest's tag_bw (a sliding window of W
+// sends in flight, the receiver keeping W receives posted; a new one is posted as soon as the
+// oldest completes), so that the two compare like with like (bench/ucx_compare.sh).
 #include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -36,6 +39,7 @@ struct Args {
   bool csv = false;
   bool pin = false;      // rank r on CPU r (less migration noise on a shared machine)
   double seconds = 0.2;  // target time per measurement
+  int stream = 0;        // > 0: bandwidth only, sliding window of this many messages
 };
 
 double median(std::vector<double> v) {
@@ -70,6 +74,36 @@ double memcpy_gbps(size_t bytes) {
   return bytes / median(t) / 1e9;
 }
 
+// --stream: `count` messages through a sliding window of `window` (like ucx_perftest's
+// tag_bw); both sides wait for their oldest operation before posting the next. Returns GB/s
+// on rank 0 (after the receiver's ack), 0 on rank 1.
+double stream_bw(ProcessGroup& pg, int rank, size_t bytes, int window, int count,
+                 std::vector<uint8_t>& sbuf, std::vector<std::vector<uint8_t>>& rbufs) {
+  int peer = 1 - rank;
+  int64_t ack = 0;
+  pg.send(Tensor::of(&ack, 1), peer, 1);  // both sides: line up
+  pg.recv(Tensor::of(&ack, 1), peer, 1);
+  std::vector<std::shared_ptr<Work>> works(static_cast<size_t>(window));
+  auto t0 = Clock::now();
+  for (int i = 0; i < count; ++i) {
+    auto& w = works[static_cast<size_t>(i % window)];
+    if (w) w->wait();
+    w = rank == 0
+            ? pg.isend(Tensor::raw(sbuf.data(), static_cast<int64_t>(bytes), DType::UInt8), peer, 2)
+            : pg.irecv(Tensor::raw(rbufs[static_cast<size_t>(i % window)].data(),
+                                   static_cast<int64_t>(bytes), DType::UInt8),
+                       peer, 2);
+  }
+  for (auto& w : works)
+    if (w) w->wait();
+  if (rank == 0)
+    pg.recv(Tensor::of(&ack, 1), peer, 3);
+  else
+    pg.send(Tensor::of(&ack, 1), peer, 3);
+  double sec = std::chrono::duration<double>(Clock::now() - t0).count();
+  return rank == 0 ? static_cast<double>(bytes) * count / sec / 1e9 : 0.0;
+}
+
 // One rank of the benchmark. Rank 0 prints.
 void run_rank(int rank, const std::string& dir, const std::string& transport, const Args& a) {
   auto store = std::make_shared<FileStore>(dir + "/store-" + transport, -1);
@@ -85,6 +119,26 @@ void run_rank(int rank, const std::string& dir, const std::string& transport, co
   if (rank == 0 && !a.csv) {
     std::printf("\n%s transport (2 ranks, tpcomm ProcessGroup send/recv)\n", transport.c_str());
     std::printf("%12s %12s %12s %12s\n", "size", "lat_us", "bw_GBps", "memcpy_GBps");
+  }
+  if (a.stream > 0) {
+    while (rank == 1 && static_cast<int>(rbufs.size()) < a.stream) rbufs.emplace_back(a.max, 0);
+    for (size_t bytes = a.min; bytes <= a.max; bytes *= 2) {
+      // About 0.25 s of data at 4 GB/s per sample, at least 2 windows; median of 5 samples.
+      int count = static_cast<int>(std::max<size_t>(2 * a.stream, (1ull << 30) / bytes));
+      stream_bw(*pg, rank, bytes, a.stream, a.stream, buf, rbufs);  // warm-up
+      std::vector<double> bw;
+      for (int s = 0; s < 5; ++s)
+        bw.push_back(stream_bw(*pg, rank, bytes, a.stream, count, buf, rbufs));
+      if (rank == 0) {
+        if (a.csv)
+          std::printf("%s,%zu,,%.3f,\n", transport.c_str(), bytes, median(bw));
+        else
+          std::printf("%12s %12s %12.3f\n", human(bytes).c_str(), "-", median(bw));
+        std::fflush(stdout);
+      }
+    }
+    pg->destroy();
+    return;
   }
   for (size_t bytes = a.min; bytes <= a.max; bytes *= 2) {
     Tensor t = Tensor::raw(buf.data(), static_cast<int64_t>(bytes), DType::UInt8);
@@ -161,9 +215,12 @@ int main(int argc, char** argv) {
       a.csv = true;
     } else if (s == "--pin") {
       a.pin = true;
+    } else if (s == "--stream") {
+      a.stream = std::max(1, std::atoi(next().c_str()));
     } else {
       std::fprintf(stderr,
-                   "usage: %s [--transport tcp|shm]... [--min 8] [--max 256M] [--csv] [--pin]\n",
+                   "usage: %s [--transport tcp|shm]... [--min 8] [--max 256M] [--csv] [--pin] "
+                   "[--stream WINDOW]\n",
                    argv[0]);
       return 2;
     }
