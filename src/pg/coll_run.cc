@@ -150,6 +150,7 @@ void execute(GroupState& g, const char* op, const CollectiveOptions& o, const Co
   call.op = op;
   auto timeout = o.timeout.count() > 0 ? o.timeout : g.timeout;
   call.deadline = Deadline::after(timeout);
+  call.timeout = timeout;
   call.hints = cs.hints;
   call.ring = cs.ring.get();
   call.check_signature = cs.check_signature;

@@ -197,7 +197,8 @@ void EngineComm::check_members() const {
   } catch (const StoreError& e) {
     throw StoreError(where() + " has waited " + std::to_string(kLostCheck.count()) +
                      " ms and cannot reach the group's store to learn whether the other members "
-                     "are alive: " + e.what() +
+                     "are alive: " +
+                     e.what() +
                      ". The store's server (rank 0's process, tpstore or tprun) is gone or "
                      "unreachable; the job cannot go on: restart it");
   }

@@ -26,10 +26,11 @@ struct CollCall {
   std::shared_ptr<p2p::Engine> engine;
   const p2p::GroupInfo* channel = nullptr;  ///< the group's collective tag space
   std::string group_name;
-  int rank = 0;         ///< group rank
-  uint64_t seq = 0;     ///< per-group collective sequence number
-  const char* op = "";  ///< "all_reduce", ... (for messages)
-  Deadline deadline;    ///< the whole call's
+  int rank = 0;                          ///< group rank
+  uint64_t seq = 0;                      ///< per-group collective sequence number
+  const char* op = "";                   ///< "all_reduce", ... (for messages)
+  Deadline deadline;                     ///< the whole call's
+  std::chrono::milliseconds timeout{0};  ///< the deadline's length (start = deadline - it)
   coll::TransportHints hints;
   std::chrono::milliseconds cancel_grace{5000};  ///< cancel of data in flight waits this long
   /// The group's store: a member whose call failed because another member is lost posts
@@ -66,7 +67,7 @@ class EngineComm : public coll::CollComm {
   explicit EngineComm(CollCall call) : c_(std::move(call)) {
     const uint32_t code = op_code(c_.op);
     if (c_.check_signature) sig_ = code << kSigShift;
-    if (c_.ring) rec_ = c_.ring->begin(static_cast<uint8_t>(code), c_.seq);
+    if (c_.ring) rec_ = c_.ring->begin(static_cast<uint8_t>(code), c_.seq, start_ns());
   }
 
   int rank() const override { return c_.rank; }
@@ -119,12 +120,19 @@ class EngineComm : public coll::CollComm {
   CollCall c_;
   uint64_t posted_ = 0;
   fr::Entry* rec_ = nullptr;  ///< this call's flight recorder entry (null: off)
-  uint32_t sig_ = 0;  ///< op_code(c_.op) << kSigShift | argument hash << 24
+  uint32_t sig_ = 0;          ///< op_code(c_.op) << kSigShift | argument hash << 24
   /// The arguments sign() hashed (formatted only for messages); signed_count_ < 0: none.
   DType signed_dtype_ = DType::UInt8;
   int64_t signed_count_ = -1;
   int signed_root_ = -1, signed_redop_ = -1;
   std::string signed_text() const;
+  /// The call's start on the steady clock, from its deadline (no clock read).
+  int64_t start_ns() const {
+    if (c_.deadline.is_never() || c_.timeout.count() <= 0) return fr::Ring::steady_ns();
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               (c_.deadline.when() - c_.timeout).time_since_epoch())
+        .count();
+  }
 };
 
 }  // namespace tpcomm::detail

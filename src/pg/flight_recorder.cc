@@ -35,9 +35,8 @@ uint64_t realtime_ns() {
 struct Registry {
   std::mutex mu;
   std::vector<std::weak_ptr<Ring>> rings;
-  uint64_t tick0 = 0, ns0 = 0;  // calibration: a counter reading and the wall clock then
-  std::mutex dump_mu;           // one dump at a time (files are replaced whole)
-  pid_t signal_pid = 0;         // the process that installed the handler (fork check)
+  std::mutex dump_mu;    // one dump at a time (files are replaced whole)
+  pid_t signal_pid = 0;  // the process that installed the handler (fork check)
 };
 
 Registry& registry() {
@@ -127,12 +126,6 @@ std::string one_line(std::string s) {
   return s;
 }
 
-// Converts counter readings to wall-clock ns with the calibration and a reading now.
-struct Clock {
-  uint64_t tick0, ns0;
-  double ns_per_tick;
-};
-
 bool write_file(const std::string& path, const std::string& text) {
   std::string tmp = path + ".tmp." + std::to_string(getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -174,22 +167,16 @@ std::vector<std::string> dump(const std::string& reason, int only_rank) {
   Registry& r = registry();
   std::lock_guard<std::mutex> dlk(r.dump_mu);
   std::vector<std::shared_ptr<Ring>> live;
-  Clock clock{};
   {
     std::lock_guard<std::mutex> lk(r.mu);
     for (auto& w : r.rings)
       if (auto p = w.lock())
         if (only_rank < 0 || p->meta().world_rank == only_rank) live.push_back(std::move(p));
-    clock.tick0 = r.tick0;
-    clock.ns0 = r.ns0;
   }
   std::vector<std::string> paths;
   if (live.empty()) return paths;
-  uint64_t tick1 = Ring::ticks(), ns1 = realtime_ns();
-  clock.ns_per_tick =
-      tick1 > clock.tick0 && ns1 > clock.ns0
-          ? static_cast<double>(ns1 - clock.ns0) / static_cast<double>(tick1 - clock.tick0)
-          : 1.0;
+  const uint64_t ns1 = realtime_ns();
+  const int64_t to_wall = static_cast<int64_t>(ns1) - Ring::steady_ns();
   std::map<int, std::vector<Ring*>> by_rank;
   for (auto& p : live) by_rank[p->meta().world_rank].push_back(p.get());
   std::string dir = dump_dir();
@@ -212,7 +199,7 @@ std::vector<std::string> dump(const std::string& reason, int only_rank) {
     out += "job " + one_line(job) + "\n";
     out += "time_ns " + std::to_string(ns1) + "\n";
     out += "reason " + one_line(reason) + "\n";
-    for (Ring* ring : rings) ring->format(out, clock.tick0, clock.ns0, clock.ns_per_tick);
+    for (Ring* ring : rings) ring->format(out, to_wall);
     out += "end\n";
     std::string path = dir + "/rank" + std::to_string(rank) + ".trace";
     if (write_file(path, out)) {
@@ -228,10 +215,10 @@ std::vector<std::string> dump(const std::string& reason, int only_rank) {
 
 }  // namespace
 
-uint64_t Ring::steady_ns() {
+int64_t Ring::steady_ns() {
   timespec ts{};
   clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
 
 Ring::Ring(Meta meta, size_t entries) : meta_(std::move(meta)) {
@@ -244,11 +231,7 @@ Ring::Ring(Meta meta, size_t entries) : meta_(std::move(meta)) {
 
 Ring::~Ring() { std::free(e_); }
 
-void Ring::format(std::string& out, uint64_t tick0, uint64_t ns0, double ns_per_tick) const {
-  auto to_ns = [&](uint64_t t) {
-    double d = (static_cast<double>(t) - static_cast<double>(tick0)) * ns_per_tick;
-    return static_cast<uint64_t>(static_cast<double>(ns0) + d);
-  };
+void Ring::format(std::string& out, int64_t to_wall_ns) const {
   const uint64_t next = next_.load(std::memory_order_relaxed);
   const uint64_t n = mask_ + 1;
   const uint64_t first = next > n ? next - n : 0;
@@ -277,8 +260,8 @@ void Ring::format(std::string& out, uint64_t tick0, uint64_t ns0, double ns_per_
       out += std::string(" redop=") + reduce_op_name(static_cast<ReduceOp>(e.redop));
     if (e.algo) out += std::string(" algo=") + e.algo;
     out += std::string(" state=") + state_name(st);
-    out += " start_ns=" + std::to_string(to_ns(e.t_start));
-    if (e.t_end) out += " end_ns=" + std::to_string(to_ns(e.t_end));
+    out += " start_ns=" + std::to_string(e.start_ns + to_wall_ns);
+    if (e.end_ns) out += " end_ns=" + std::to_string(e.end_ns + to_wall_ns);
     out += "\n";
   }
 }
@@ -302,10 +285,6 @@ std::shared_ptr<Ring> make_ring(Ring::Meta meta) {
   auto ring = std::make_shared<Ring>(std::move(meta), static_cast<size_t>(n));
   Registry& r = registry();
   std::lock_guard<std::mutex> lk(r.mu);
-  if (r.tick0 == 0) {
-    r.tick0 = Ring::ticks();
-    r.ns0 = realtime_ns();
-  }
   r.rings.erase(std::remove_if(r.rings.begin(), r.rings.end(),
                                [](const std::weak_ptr<Ring>& w) { return w.expired(); }),
                 r.rings.end());

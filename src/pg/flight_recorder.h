@@ -1,7 +1,7 @@
 // The flight recorder (issue: never hang silently): the last N collectives of each group in a
 // ring of fixed-size entries (operation, sequence number, dtype, element count, root, reduce
 // op, algorithm, state, start and end times), written on the collective path with no lock,
-// no allocation and no formatting (a few stores and two time-stamp counter reads), and dumped
+// no allocation, no formatting and no clock read (a dozen stores), and dumped
 // to one text file per rank when a collective fails with TimeoutError, PeerError or
 // MismatchError (once per group), on SIGUSR1, or on dump_flight_recorder(). `tpinfo --trace
 // DIR` merges the dumps of all ranks and names the rank behind or the call that disagrees.
@@ -26,8 +26,8 @@ enum class State : uint8_t { Free = 0, Enqueued = 1, Started = 2, Completed = 3,
 struct Entry {
   uint64_t seq;      ///< the group's collective sequence number
   int64_t count;     ///< element count of the signed arguments; -1: not recorded
-  uint64_t t_start;  ///< time-stamp counter (ticks(); converted to ns at dump)
-  uint64_t t_end;    ///< 0 while running
+  int64_t start_ns;  ///< steady clock (converted to wall-clock ns at dump)
+  int64_t end_ns;    ///< steady clock, failed calls only (0: not recorded)
   const char* algo;  ///< the algorithm's catalogue name (a static string) or null
   int32_t root;      ///< -1: none
   int16_t redop;     ///< -1: none
@@ -57,8 +57,10 @@ class Ring {
   Ring(const Ring&) = delete;
   Ring& operator=(const Ring&) = delete;
 
-  /// Starts an entry (single writer: the group's collectives run one at a time).
-  Entry* begin(uint8_t op, uint64_t seq) {
+  /// Starts an entry (single writer: the group's collectives run one at a time). `start_ns`:
+  /// the call's start on the steady clock (the caller derives it from the deadline it
+  /// computed anyway: no clock read here).
+  Entry* begin(uint8_t op, uint64_t seq, int64_t start_ns) {
     uint64_t i = next_.load(std::memory_order_relaxed);
     next_.store(i + 1, std::memory_order_relaxed);
     Entry* e = &e_[i & mask_];
@@ -66,8 +68,8 @@ class Ring {
                                              std::memory_order_relaxed);
     e->seq = seq;
     e->count = -1;
-    e->t_start = ticks();
-    e->t_end = 0;
+    e->start_ns = start_ns;
+    e->end_ns = 0;
     e->algo = nullptr;
     e->root = -1;
     e->redop = -1;
@@ -77,27 +79,21 @@ class Ring {
                                              std::memory_order_release);
     return e;
   }
-  /// Ends an entry.
+  /// Ends an entry: no clock read for a completed call (it ended before the next one
+  /// started); a failed one records when it failed.
   static void end(Entry* e, State s, const char* algo) {
-    e->t_end = ticks();
+    if (s == State::Failed) e->end_ns = steady_ns();
     e->algo = algo;
     std::atomic_ref<uint8_t>(e->state).store(static_cast<uint8_t>(s), std::memory_order_release);
   }
 
-  /// The time-stamp counter (rdtsc where there is one: a few ns), converted at dump time.
-  static uint64_t ticks() {
-#if defined(__x86_64__) || defined(__i386__)
-    return __builtin_ia32_rdtsc();
-#else
-    return steady_ns();
-#endif
-  }
-  static uint64_t steady_ns();
+  /// The steady clock (CLOCK_MONOTONIC, as std::chrono::steady_clock) in ns.
+  static int64_t steady_ns();
 
   const Meta& meta() const { return meta_; }
-  /// Appends the group's section of a dump (entries oldest first) to `out`; counter readings
-  /// become wall-clock ns as ns0 + (t - tick0) * ns_per_tick.
-  void format(std::string& out, uint64_t tick0, uint64_t ns0, double ns_per_tick) const;
+  /// Appends the group's section of a dump (entries oldest first) to `out`; steady-clock
+  /// times become wall-clock ns by adding `to_wall_ns`.
+  void format(std::string& out, int64_t to_wall_ns) const;
   /// True the first time it is called (a group dumps once on errors).
   bool first_error_dump() { return !error_dumped_.exchange(true); }
 
