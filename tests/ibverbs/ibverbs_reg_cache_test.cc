@@ -169,6 +169,25 @@ TEST_F(IbvRegCache, MadviseDontneedDropsTheEntry) {
   munmap(p, len);
 }
 
+TEST_F(IbvRegCache, MremapMovingTheBlockDropsTheEntry) {
+  start("64");
+  const size_t len = 256 << 10;
+  uint8_t* p = map(len + 4096);  // the last page stays behind: growing must move the rest
+  ASSERT_NE(p, nullptr);
+  uint8_t* guard = p + len;
+  EXPECT_EQ(send_from(p, len, 1), 1u);
+  auto* moved = static_cast<uint8_t*>(mremap(p, len, 2 * len, MREMAP_MAYMOVE));
+  ASSERT_NE(moved, MAP_FAILED);
+  ASSERT_NE(moved, p);
+  uint8_t* q = map(len, p);  // new pages at the old address
+  ASSERT_EQ(q, p);
+  EXPECT_EQ(send_from(q, len, 2), 1u);
+  EXPECT_EQ(send_from(moved, 2 * len > dst_.size() ? dst_.size() : 2 * len, 3), 1u);
+  munmap(q, len);
+  munmap(moved, 2 * len);
+  munmap(guard, 4096);
+}
+
 TEST_F(IbvRegCache, FreedLargeMallocBlockIsNotReused) {
   start("64");
   // A fixed threshold (no dynamic raise after earlier frees): blocks of this size are mmap'd

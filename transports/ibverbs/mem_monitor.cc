@@ -63,8 +63,9 @@ struct Monitor {
             report(e.arg.remove.start, e.arg.remove.end);
             unregister(e.arg.remove.start, e.arg.remove.end);
             break;
-          case UFFD_EVENT_REMAP:
+          case UFFD_EVENT_REMAP:  // the mapping moved (or grew): stop watching it there too
             report(e.arg.remap.from, e.arg.remap.from + e.arg.remap.len);
+            unregister(e.arg.remap.to, e.arg.remap.to + e.arg.remap.len);
             break;
           case UFFD_EVENT_PAGEFAULT: {  // a page went missing some other way: stop watching it
             uintptr_t a = e.arg.pagefault.address & ~static_cast<uintptr_t>(page - 1);
