@@ -159,6 +159,18 @@ constexpr Param kParams[] = {
    "Largest pipelining chunk of the shm_direct collectives (capped at a third of "
    "TPCOMM_SHM_COLL_BYTES; medium tensors use smaller chunks, about 8 per tensor); small "
    "enough to stay in the caches between the copy in and the peers' reads.", "collectives"},
+  {"TPCOMM_SHM_COLL_CMA", T::Enum, "auto", "auto|on|off",
+   "Single-copy shm_direct broadcast and all_gather: readers copy large blocks straight from "
+   "their owner's tensor with process_vm_readv (cross-memory attach, probed toward every peer "
+   "at creation; the group keeps the staging copies, logging why, when any rank is refused). "
+   "auto: where it measured faster, a broadcast from a root out of place (readers read part "
+   "of each round directly while the root copies it); on: every large broadcast and "
+   "all_gather reads whole blocks directly; off: always through the staging buffers.",
+   "collectives"},
+  {"TPCOMM_SHM_COLL_CMA_MIN", T::Size, "1M", "",
+   "Smallest block (all_gather: per rank; broadcast: the tensor) that shm_direct reads with a "
+   "single cross-memory copy (TPCOMM_SHM_COLL_CMA); the group uses its ranks' largest value.",
+   "collectives"},
   {"TPCOMM_SHM_COLL_SPIN_US", T::Int, "10", "0..10000000",
    "shm_direct waits: microseconds of busy polling before polling with sched_yield (2 ms), "
    "then sleeping on a futex (cut to 2 us when the host's ranks outnumber its cores). Short: "

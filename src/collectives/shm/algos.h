@@ -27,6 +27,9 @@ inline Block block_of(size_t count, int n, int i) {
 /// saves the read-for-ownership of the destination on large results.
 void copy_out(void* dst, const void* src, size_t bytes, bool stream);
 
+/// Largest piece of one process_vm_readv of the single-copy paths.
+inline constexpr size_t kCrossPiece = size_t{64} << 20;
+
 /// True when results of `total_bytes` should be written with streaming stores.
 bool stream_results(size_t total_bytes);
 

@@ -1,13 +1,44 @@
-// all_gather by direct reads: each rank copies its block (chunk by chunk) into its staging;
-// every rank then copies every block from its owner's staging into its output.
+// all_gather by direct reads. Chunked: each rank copies its block (chunk by chunk) into its
+// staging; every rank then copies every block from its owner's staging into its output.
+// Single copy (TPCOMM_SHM_COLL_CMA=on, large blocks): each rank publishes its input's address,
+// reads every peer's block straight from the peer's input with process_vm_readv, posts that
+// it is done, and returns once every peer has posted the same (its input is no longer read).
 #include <cstring>
 
 #include "collectives/shm/algos.h"
+#include "collectives/shm/cross_read.h"
+#include "tpcomm/error.hpp"
 
 namespace tpcomm::coll::shm {
 
 namespace {
 constexpr const char* kOp = "all_gather";
+
+void allgather_cross(Team& t, const uint8_t* in, uint8_t* out, size_t m, bool in_place,
+                     bool stream) {
+  const int n = t.size(), me = t.rank();
+  const int h = t.acquire_buf(kOp);
+  *t.desc(me, h) = StepDesc{reinterpret_cast<uint64_t>(in), 1};
+  const uint64_t v = t.post();
+  t.release_buf(h);
+  if (!in_place) copy_out(out + me * m, in, m, stream);
+  int err = 0, failed = -1;
+  for (int i = 1; i < n && err == 0; ++i) {
+    const int r = (me + i) % n;
+    t.wait_peer(r, v, kOp);
+    err = cross_read(static_cast<pid_t>(t.pid(r)), out + r * m, t.desc(r, h)->addr, m, kCrossPiece);
+    if (err != 0) failed = r;
+  }
+  // Our input may be reused once every peer has read it.
+  t.wait_all(t.post(), kOp);
+  if (err != 0) {
+    throw TransportError("shm_direct all_gather: rank " + std::to_string(me) + " could not read " +
+                         std::to_string(m) + " bytes from rank " + std::to_string(failed) +
+                         " (pid " + std::to_string(t.pid(failed)) + ") with process_vm_readv: " +
+                         std::strerror(err) + "; TPCOMM_SHM_COLL_CMA=off keeps to staging copies");
+  }
+}
+
 }  // namespace
 
 void allgather_shm(Team& t, const void* in_v, void* out_v, size_t m) {
@@ -26,6 +57,12 @@ void allgather_shm(Team& t, const void* in_v, void* out_v, size_t m) {
       t.wait_small(r, p, v, kOp);
       std::memcpy(out + r * m, t.small_payload(r, p), m);
     }
+    return;
+  }
+  // Reading a peer's block with process_vm_readv cost as much CPU time per byte as the two
+  // staging copies on the development VM (page pinning): only TPCOMM_SHM_COLL_CMA=on does.
+  if (t.cross_reads(m) && t.cross_always()) {
+    allgather_cross(t, in, out, m, in_place, stream);
     return;
   }
   const size_t chunk = t.chunk_for(m);

@@ -5,12 +5,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstddef>
 #include <cstring>
 #include <random>
 #include <sstream>
 
 #include "collectives/shm/algos.h"
 #include "collectives/shm/catalogue.h"
+#include "collectives/shm/cross_read.h"
 #include "collectives/shm/segment.h"
 #include "collectives/shm/team.h"
 #include "collectives/util.h"
@@ -22,8 +24,9 @@ namespace tpcomm::coll::shm {
 
 namespace {
 
-// What a rank publishes about its segment: "OK pid fd nonce bytes chunk boot_id", or
-// "FAIL reason".
+// What a rank publishes about its segment: "OK pid fd nonce bytes chunk boot_id addr
+// cross_min cross_mode cross", or "FAIL reason". In the verdict after mapping, `cross` (the
+// rest of the line) is "yes" when this rank can read every peer's memory, else why not.
 struct SegInfo {
   bool ok = false;
   std::string reason;
@@ -31,13 +34,17 @@ struct SegInfo {
   int fd = -1;
   uint64_t nonce = 0, bytes = 0, chunk = 0;
   std::string boot;
+  uint64_t addr = 0;  // the segment's address in its owner (the cross-read probe reads it)
+  uint64_t cross_min = 0;
+  int cross_mode = 0;  // TPCOMM_SHM_COLL_CMA: 0 off, 1 auto, 2 on
+  std::string cross = "-";
 };
 
 std::string encode(const SegInfo& s) {
   if (!s.ok) return "FAIL " + s.reason;
   std::ostringstream os;
   os << "OK " << s.pid << " " << s.fd << " " << s.nonce << " " << s.bytes << " " << s.chunk << " "
-     << s.boot;
+     << s.boot << " " << s.addr << " " << s.cross_min << " " << s.cross_mode << " " << s.cross;
   return os.str();
 }
 
@@ -50,8 +57,10 @@ SegInfo decode(const std::string& text) {
     s.reason = text.size() > 5 ? text.substr(5) : "unknown reason";
     return s;
   }
-  is >> s.pid >> s.fd >> s.nonce >> s.bytes >> s.chunk >> s.boot;
+  is >> s.pid >> s.fd >> s.nonce >> s.bytes >> s.chunk >> s.boot >> s.addr >> s.cross_min >>
+      s.cross_mode;
   s.ok = static_cast<bool>(is);
+  std::getline(is >> std::ws, s.cross);
   if (!s.ok) s.reason = "malformed segment record '" + text + "'";
   return s;
 }
@@ -86,6 +95,9 @@ std::unique_ptr<HostColl> HostColl::create(Store& store, int rank, int size, Dea
           std::min<size_t>(config::get_size("TPCOMM_SHM_COLL_CHUNK"), staging / kBuffers), 4096) /
       64 * 64;
   const int spin = static_cast<int>(config::get_int("TPCOMM_SHM_COLL_SPIN_US"));
+  const std::string cross_cfg = config::get_enum("TPCOMM_SHM_COLL_CMA");
+  const int cross_mode = cross_cfg == "off" ? 0 : cross_cfg == "on" ? 2 : 1;
+  if (cross_mode != 0) allow_cross_reads();
   const size_t bytes = kStagingOffset + staging;
   std::unique_ptr<HostColl> hc(new HostColl());
   hc->segments_.resize(static_cast<size_t>(size));
@@ -113,6 +125,9 @@ std::unique_ptr<HostColl> HostColl::create(Store& store, int rank, int size, Dea
     mine.chunk = chunk;
     mine.boot = boot_id();
     if (mine.boot.empty()) mine.boot = "unknown";
+    mine.addr = reinterpret_cast<uint64_t>(seg.base());
+    mine.cross_min = config::get_size("TPCOMM_SHM_COLL_CMA_MIN");
+    mine.cross_mode = cross_mode;
     hc->segments_[static_cast<size_t>(rank)] = std::move(seg);
   } catch (const Error& e) {
     mine.reason = e.what();
@@ -120,8 +135,11 @@ std::unique_ptr<HostColl> HostColl::create(Store& store, int rank, int size, Dea
   store.set(prefix + "seg/" + std::to_string(rank), encode(mine));
   std::vector<std::string> recs = gather_all(store, prefix + "seg/", size, dl);
 
-  // Map every peer's segment; any problem becomes this rank's published failure.
+  // Map every peer's segment; any problem becomes this rank's published failure. Then try a
+  // cross-memory read of its header: a refusal only keeps the group to staging copies.
   std::string problem = mine.ok ? "" : mine.reason;
+  std::string cross =
+      cross_mode == 0 ? "TPCOMM_SHM_COLL_CMA=off on rank " + std::to_string(rank) : "";
   for (int r = 0; r < size && problem.empty(); ++r) {
     if (r == rank) continue;
     SegInfo s = decode(recs[static_cast<size_t>(r)]);
@@ -145,6 +163,12 @@ std::unique_ptr<HostColl> HostColl::create(Store& store, int rank, int size, Dea
                     ") is not the one it published; is it in another pid namespace?";
         } else {
           hc->segments_[static_cast<size_t>(r)] = std::move(seg);
+          if (cross.empty()) {
+            std::string why = probe_cross_read(static_cast<pid_t>(s.pid),
+                                               s.addr + offsetof(SegHeader, nonce), s.nonce);
+            if (!why.empty())
+              cross = "rank " + std::to_string(rank) + " cannot read " + who + ": " + why;
+          }
         }
       } catch (const Error& e) {
         problem = e.what();
@@ -156,6 +180,7 @@ std::unique_ptr<HostColl> HostColl::create(Store& store, int rank, int size, Dea
   verdict.reason = problem;
   verdict.pid = ::getpid();
   verdict.boot = "-";
+  verdict.cross = cross.empty() ? "yes" : cross;
   store.set(prefix + "mapped/" + std::to_string(rank), encode(verdict));
   std::vector<std::string> verdicts = gather_all(store, prefix + "mapped/", size, dl);
   // Every peer holds its own descriptor now (or gave up): ours can go.
@@ -172,6 +197,33 @@ std::unique_ptr<HostColl> HostColl::create(Store& store, int rank, int size, Dea
   std::vector<uint8_t*> bases;
   for (const MappedSegment& s : hc->segments_) bases.push_back(s.base());
   hc->team_ = std::make_unique<Team>(rank, size, std::move(bases), staging, chunk, spin);
+  // Single-copy reads when every rank can read every peer (the first refusal is logged);
+  // blocks from the largest TPCOMM_SHM_COLL_CMA_MIN of the group, and "on" where every rank
+  // says so, so that all agree.
+  std::string refused;
+  std::vector<long> pids;
+  uint64_t cross_min = 0;
+  bool always = true;
+  for (int r = 0; r < size && size > 1; ++r) {
+    SegInfo v = decode(verdicts[static_cast<size_t>(r)]);
+    SegInfo s = decode(recs[static_cast<size_t>(r)]);
+    if (refused.empty() && v.cross != "yes") refused = v.cross;
+    pids.push_back(s.pid);
+    cross_min = std::max(cross_min, s.cross_min);
+    always = always && s.cross_mode == 2;
+  }
+  if (size > 1 && refused.empty()) {
+    hc->team_->enable_cross_reads(std::move(pids), std::max<uint64_t>(cross_min, kSmallBytes + 1),
+                                  always);
+  } else if (size > 1) {
+    hc->single_copy_note_ = refused;
+    TPLOG(INFO, COLL) << "shm_direct: rank " << rank
+                      << ": no single-copy reads, large broadcast and all_gather copy through "
+                         "staging: "
+                      << refused;
+  } else {
+    hc->single_copy_note_ = "a group of one rank reads no peer";
+  }
   TPLOG(INFO, COLL) << "shm_direct: rank " << rank << "/" << size << " mapped " << size
                     << " segments of " << bytes << " bytes (chunk " << chunk << ")";
   return hc;

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "collectives/args.h"
@@ -51,6 +52,12 @@ class HostColl {
   bool reduce(const ReduceArgs& args, Deadline dl);
   bool barrier(Deadline dl);
 
+  /// Whether large broadcast and all_gather read straight from their owners' tensors (single
+  /// copy, TPCOMM_SHM_COLL_CMA); when not, why (the first refusal, e.g. a seccomp profile or
+  /// ptrace rules refusing process_vm_readv), logged once at creation.
+  bool single_copy() const { return single_copy_note_.empty(); }
+  const std::string& single_copy_note() const { return single_copy_note_; }
+
   /// Catalogue entry of the algorithm that ran last ("shm_direct" of its operation).
   const AlgoInfo& last_algo() const { return *last_; }
   int rank() const;
@@ -64,6 +71,7 @@ class HostColl {
   std::unique_ptr<Team> team_;
   std::vector<AlgoRule> rules_;  // TPCOMM_ALGO as it was at create()
   const AlgoInfo* last_ = nullptr;
+  std::string single_copy_note_;  // "" when single-copy reads are on
 };
 
 }  // namespace tpcomm::coll::shm

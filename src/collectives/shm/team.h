@@ -46,6 +46,14 @@ struct alignas(kLine) SmallSlot {
   uint8_t payload[kLine - 8];
 };
 
+/// What an owner tells the readers of a chunked step (one per staging buffer, protected like
+/// the buffer): whether they read its own buffer at `addr` directly (cross_read.h) rather
+/// than its staging.
+struct alignas(kLine) StepDesc {
+  uint64_t addr;
+  uint64_t direct;
+};
+
 /// Payload bytes of each of the two small slots.
 inline constexpr size_t kSmallBytes = 8192;
 inline constexpr size_t kSmallSlotStride = (8 + kSmallBytes + kLine - 1) / kLine * kLine;
@@ -57,7 +65,8 @@ inline constexpr int kBuffers = 3;
 /// Offsets inside a segment.
 inline constexpr size_t kFlagOffset = kLine;
 inline constexpr size_t kSmallOffset = 2 * kLine;
-inline constexpr size_t kStagingOffset = (kSmallOffset + 2 * kSmallSlotStride + 4095) / 4096 * 4096;
+inline constexpr size_t kDescOffset = kSmallOffset + 2 * kSmallSlotStride;
+inline constexpr size_t kStagingOffset = (kDescOffset + kBuffers * kLine + 4095) / 4096 * 4096;
 
 /// One rank's view of the host's segments, with the phase protocol.
 class Team {
@@ -80,6 +89,27 @@ class Team {
     const size_t want = std::max<size_t>(size_t{256} << 10, total / 8 / 64 * 64);
     return std::min(chunk_, want);
   }
+  /// The step descriptor of staging buffer `b` of rank `r`.
+  StepDesc* desc(int r, int b) const {
+    return reinterpret_cast<StepDesc*>(bases_[r] + kDescOffset + b * kLine);
+  }
+
+  /// Enables single-copy reads of peers' buffers (process ids of every rank) for blocks of at
+  /// least `min_bytes`; `always` (TPCOMM_SHM_COLL_CMA=on): every large broadcast and
+  /// all_gather reads whole blocks directly, else only where it measured faster than the
+  /// staging copies. The same on every rank (HostColl::create agrees on them).
+  void enable_cross_reads(std::vector<long> pids, size_t min_bytes, bool always) {
+    pids_ = std::move(pids);
+    cross_min_ = min_bytes;
+    cross_always_ = always;
+  }
+  /// See enable_cross_reads().
+  bool cross_always() const { return cross_always_; }
+  /// True when blocks of `bytes` are read straight from their owner's buffer.
+  bool cross_reads(size_t bytes) const { return !pids_.empty() && bytes >= cross_min_; }
+  /// Process id of rank `r` (valid when cross reads are enabled).
+  long pid(int r) const { return pids_[static_cast<size_t>(r)]; }
+
   /// Payload of small slot `p` of rank `r`.
   uint8_t* small_payload(int r, int p) const { return slot(r, p)->payload; }
 
@@ -139,6 +169,9 @@ class Team {
   int next_small_ = 0;
   Deadline dl_ = Deadline::never();
   bool broken_ = false;
+  std::vector<long> pids_;  // empty: no cross reads
+  size_t cross_min_ = 0;
+  bool cross_always_ = false;
 };
 
 }  // namespace tpcomm::coll::shm
