@@ -6,6 +6,8 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <map>
+
 #include "../ibverbs_device/fake_verbs.h"
 #include "p2p/p2p_test_util.h"
 #include "tpcomm/store.hpp"
@@ -104,10 +106,11 @@ TEST_F(IbvRails, TwoRanksTwoRailsUpTo64MiB) {
 
 TEST_F(IbvRails, FourRanksTwoRails) { ring_two_rails(4, {1, 65536, 1 << 20, 8 << 20}); }
 
-// TPCOMM_IB_MAX_RAILS=1: one rail even with two NICs; tpfake1 carries nothing.
-TEST_F(IbvRails, MaxRailsOneUsesOneNic) {
-  RunOptions o = opts();
-  o.env["TPCOMM_IB_MAX_RAILS"] = "1";
+// Two ranks exchanging 4 MiB with two NICs listed; `env` restricts them. Returns nothing: each
+// rank checks which NIC carried the data.
+void one_nic(const std::map<std::string, std::string>& env, const char* used, const char* idle) {
+  RunOptions o = rail_opts();
+  for (auto& [k, v] : env) o.env[k] = v;
   auto r = run_ranks(
       2,
       [&](RankContext& c) {
@@ -120,12 +123,22 @@ TEST_F(IbvRails, MaxRailsOneUsesOneNic) {
         pg->send(as_tensor(out, DType::UInt8), 1 - c.rank, 1);
         rw->wait();
         EXPECT_EQ(in[12345], 1 - c.rank);
-        EXPECT_GE(k.of("tpfake0").tx_bytes, 4u << 20);
-        EXPECT_EQ(k.of("tpfake1").tx_bytes, 0u);
+        EXPECT_GE(k.of(used).tx_bytes, 4u << 20);
+        EXPECT_EQ(k.of(idle).tx_bytes, 0u);
         pg->destroy();
       },
       o);
   EXPECT_RANKS_OK(r);
+}
+
+// TPCOMM_IB_MAX_RAILS=1: one rail even with two NICs; tpfake1 carries nothing.
+TEST_F(IbvRails, MaxRailsOneUsesOneNic) {
+  one_nic({{"TPCOMM_IB_MAX_RAILS", "1"}}, "tpfake0", "tpfake1");
+}
+
+// TPCOMM_IB_HCA still filters: only the NIC it names becomes a rail.
+TEST_F(IbvRails, HcaFilterChoosesTheRails) {
+  one_nic({{"TPCOMM_IB_HCA", "=tpfake1"}}, "tpfake1", "tpfake0");
 }
 
 // One NIC failing (its QPs forced into the error state) fails the next large transfer, and
