@@ -101,7 +101,8 @@ int main() {
   }
   auto show = [&](const char* what, std::vector<double>& v) {
     std::sort(v.begin(), v.end());
-    printf("%-44s best %5.2f  median %5.2f GB/s\n", what, n / v[0] / 1e9, n / v[v.size() / 2] / 1e9);
+    printf("%-44s best %5.2f  median %5.2f GB/s\n", what, n / v[0] / 1e9,
+           n / v[v.size() / 2] / 1e9);
   };
   show("memcpy", mc);
   show("process_vm_readv", rd_all);
