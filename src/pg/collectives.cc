@@ -48,6 +48,7 @@ std::shared_ptr<Work> ProcessGroup::reduce(const Tensor& tensor, int dst, Reduce
 std::shared_ptr<Work> ProcessGroup::all_gather(const std::vector<Tensor>& output_list,
                                                const Tensor& input, const CollectiveOptions& o) {
   return detail::run_collective(state_, "all_gather", o, [=](CollContext& c) {
+    c.comm.sign(input.dtype, input.numel, -1, -1);
     return coll::all_gather_list(c.comm, input, output_list, common(o)).name;
   });
 }
@@ -65,6 +66,7 @@ std::shared_ptr<Work> ProcessGroup::gather(const Tensor& input,
                                            const std::vector<Tensor>& gather_list, int dst,
                                            const CollectiveOptions& o) {
   return detail::run_collective(state_, "gather", o, [=](CollContext& c) {
+    c.comm.sign(input.dtype, input.numel, dst, -1);
     return coll::gather_list(c.comm, input, gather_list, dst, common(o)).name;
   });
 }
@@ -73,6 +75,7 @@ std::shared_ptr<Work> ProcessGroup::scatter(const Tensor& output,
                                             const std::vector<Tensor>& scatter_list, int src,
                                             const CollectiveOptions& o) {
   return detail::run_collective(state_, "scatter", o, [=](CollContext& c) {
+    c.comm.sign(output.dtype, output.numel, src, -1);
     return coll::scatter_list(c.comm, scatter_list, output, src, common(o)).name;
   });
 }
@@ -81,6 +84,7 @@ std::shared_ptr<Work> ProcessGroup::reduce_scatter(const Tensor& output,
                                                    const std::vector<Tensor>& input_list,
                                                    ReduceOp op, const CollectiveOptions& o) {
   return detail::run_collective(state_, "reduce_scatter", o, [=](CollContext& c) {
+    c.comm.sign(output.dtype, output.numel, -1, static_cast<int>(op));
     return coll::reduce_scatter_list(c.comm, input_list, output, op, o.premul_scale, common(o))
         .name;
   });

@@ -198,6 +198,39 @@ TEST(MismatchedCollectives, SameOperationDifferentDType) {
   EXPECT_RANKS_OK(r);
 }
 
+// The list forms are signed too: an all_gather of int32 against one of float32 (same byte
+// count) fails on both ranks with a MismatchError instead of mixing the bytes.
+TEST(MismatchedCollectives, ListFormDifferentDType) {
+  auto r = run_ranks(
+      2,
+      [&](RankContext& c) {
+        auto pg = world(c, c.store, c.rank, 2, seconds(4));
+        std::vector<float> f(16, 1.0f), fo(32);
+        std::vector<int32_t> i(16, 1), io(32);
+        std::string err = "(no error)";
+        try {
+          if (c.rank == 0)
+            pg->all_gather({Tensor::of(fo.data(), 16), Tensor::of(fo.data() + 16, 16)},
+                           Tensor::of(f));
+          else
+            pg->all_gather({Tensor::of(io.data(), 16), Tensor::of(io.data() + 16, 16)},
+                           Tensor::of(i));
+        } catch (const MismatchError& e) {
+          err = std::string("MismatchError: ") + e.what();
+        } catch (const Error& e) {
+          err = e.what();
+        }
+        EXPECT_TRUE(contains(err, "MismatchError: ")) << err;
+        EXPECT_TRUE(contains(err, "all_gather #0")) << err;
+        EXPECT_TRUE(contains(err, "with other arguments")) << err;
+        c.store->set("err/" + std::to_string(c.rank), err);
+        c.store->wait({"err/0", "err/1"});
+        pg->destroy();
+      },
+      per_host());
+  EXPECT_RANKS_OK(r);
+}
+
 // One rank never calls: the others' all_reduce times out; the errors name the operation,
 // its sequence number, and between them the rank that never came.
 TEST(MissingRank, TimeoutNamesOperationSequenceAndRank) {
