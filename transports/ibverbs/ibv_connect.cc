@@ -1,9 +1,12 @@
 // Connection setup of the ibverbs transport: endpoints and their QPs (rails x QPs per rail),
 // the connection data exchanged through the private store, RTR/RTS, and the doorbell that
 // wakes a sleeping peer when a connection request is posted for it. See ibv_transport.h.
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -63,51 +66,69 @@ bool parse_conn(std::span<const uint8_t> b, ConnData* d) {
   return off == b.size();
 }
 
-// The doorbell's abstract socket name: one per job and rank (same host only).
-std::string bell_name(uint64_t job, int rank) {
-  return "tpcomm-ibv-" + std::to_string(job) + "-" + std::to_string(rank) + "-" +
-         std::to_string(getuid());
-}
-
-socklen_t bell_addr(const std::string& name, sockaddr_un* a) {
-  std::memset(a, 0, sizeof(*a));
-  a->sun_family = AF_UNIX;
-  size_t n = std::min(name.size(), sizeof(a->sun_path) - 1);
-  std::memcpy(a->sun_path + 1, name.data(), n);
-  return static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + n);
-}
-
 }  // namespace
 
 void IbvTransport::open_doorbell() {
   // A rank asleep in the engine's wait sleeps on wait_fd(); without a doorbell it would see a
-  // new peer's connection request only at its next safety-net wake-up. Best effort: a name
-  // taken (a rank of the same job twice on a host) leaves the doorbell off.
-  bell_fd_ = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (bell_fd_ < 0) return;
-  sockaddr_un a;
-  bell_name_ = bell_name(fnv1a(ctx_.job_id), ctx_.rank);
-  socklen_t len = bell_addr(bell_name_, &a);
-  if (bind(bell_fd_, reinterpret_cast<sockaddr*>(&a), len) != 0) {
+  // new peer's connection request only at its next safety-net wake-up. The doorbell is a UDP
+  // port on every interface; its port and this host's IPv4 addresses go under bell/<rank> in
+  // the private store. Best effort: without it (no socket, UDP filtered) requests are polled.
+  bell_fd_ = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_ANY);
+  socklen_t len = sizeof(a);
+  if (bell_fd_ < 0 || bind(bell_fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
+      getsockname(bell_fd_, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
     TPLOG(INFO, IBVERBS) << "rank " << ctx_.rank << ": no connection doorbell ("
                          << errno_text(errno) << "); new peers are seen by polling";
-    close(bell_fd_);
+    if (bell_fd_ >= 0) close(bell_fd_);
     bell_fd_ = -1;
     return;
+  }
+  std::vector<uint8_t> v;
+  put_le(v, a.sin_port);  // network order, as sendto wants it
+  ifaddrs* ifs = nullptr;
+  if (getifaddrs(&ifs) == 0) {
+    for (ifaddrs* i = ifs; i != nullptr; i = i->ifa_next)
+      if (i->ifa_addr != nullptr && i->ifa_addr->sa_family == AF_INET && (i->ifa_flags & IFF_UP))
+        put_le(v, reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr);
+    freeifaddrs(ifs);
   }
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.u64 = ~uint64_t{0};
   epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, bell_fd_, &ev);
+  try {
+    ctx_.store->set("bell/" + std::to_string(ctx_.rank), v);
+  } catch (const Error& e) {
+    TPLOG(INFO, IBVERBS) << "rank " << ctx_.rank << ": doorbell not published: " << e.what();
+  }
 }
 
 void IbvTransport::ring_doorbell(int peer) {
   if (bell_fd_ < 0) return;
-  sockaddr_un a;
-  socklen_t len = bell_addr(bell_name(job_hash_, peer), &a);
+  std::string key = "bell/" + std::to_string(peer);
+  std::vector<uint8_t> v;
+  try {
+    if (!ctx_.store->check({key})) return;
+    v = ctx_.store->get(key);
+  } catch (const Error&) {
+    return;  // the peer polls instead
+  }
+  size_t off = 0;
+  uint16_t port = 0;
+  if (!get_le(std::span<const uint8_t>(v), off, &port)) return;
   char b = 1;
-  // A peer on another host has no such name here: the send fails and it polls instead.
-  (void)sendto(bell_fd_, &b, 1, MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&a), len);
+  // Every address of the peer's host: the ones it cannot be reached by fail or reach nobody
+  // listening; a datagram to the wrong process only wakes it once for nothing.
+  for (uint32_t ip = 0; get_le(std::span<const uint8_t>(v), off, &ip);) {
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_port = port;
+    to.sin_addr.s_addr = ip;
+    (void)sendto(bell_fd_, &b, 1, MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&to), sizeof(to));
+  }
 }
 
 IbvEndpoint& IbvTransport::make_endpoint(int peer, size_t rails,

@@ -119,8 +119,7 @@ class IbvTransport : public transport::Transport {
   const VerbsLib& lib_;
   std::vector<Rail> rails_;
   int epoll_fd_ = -1;  ///< wait_fd(): the rails' completion channels and the doorbell
-  int bell_fd_ = -1;   ///< doorbell: an abstract Unix datagram socket peers ring on connect()
-  std::string bell_name_;
+  int bell_fd_ = -1;   ///< doorbell: a UDP socket peers ring on connect() (bell/<rank>)
   std::unique_ptr<RegCache> cache_;
   uint32_t max_inline_ = 0;
   uint64_t job_hash_ = 0;
