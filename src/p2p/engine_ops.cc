@@ -72,9 +72,20 @@ void Engine::remove_group(uint64_t group) {
 
 // ---- posting ----------------------------------------------------------------------------
 
-std::shared_ptr<Op> Engine::post_send(const GroupInfo& g, int dst, int tag, const Tensor& t,
-                                     std::shared_ptr<Op> op) {
-  if (!op) op = std::make_shared<Op>();
+std::shared_ptr<Op> Engine::post_send(const GroupInfo& g, int dst, int tag, const Tensor& t) {
+  auto op = std::make_shared<Op>();
+  post_send(g, dst, tag, t, op);
+  return op;
+}
+
+std::shared_ptr<Op> Engine::post_recv(const GroupInfo& g, int src, int tag, const Tensor& t) {
+  auto op = std::make_shared<Op>();
+  post_recv(g, src, tag, t, op);
+  return op;
+}
+
+void Engine::post_send(const GroupInfo& g, int dst, int tag, const Tensor& t,
+                       const std::shared_ptr<Op>& op) {
   op->kind = Op::Kind::Send;
   op->group = g.id;
   op->group_name = g.name;
@@ -102,7 +113,7 @@ std::shared_ptr<Op> Engine::post_send(const GroupInfo& g, int dst, int tag, cons
     encode_header(h, hdr);
     op->stage = Op::Stage::Posted;
     send_msg_locked(*l, hdr, kHeaderSize, t.data, h.bytes, op);
-    return op;
+    return;
   }
   h.type = MsgType::Rts;
   op->mr = l->slot->tr->register_memory(t.data, h.bytes, t.device);
@@ -111,12 +122,10 @@ std::shared_ptr<Op> Engine::post_send(const GroupInfo& g, int dst, int tag, cons
   uint8_t hdr[kRtsSize];
   encode_rts(h, Rts{op->id}, hdr);
   send_msg_locked(*l, hdr, kRtsSize, nullptr, 0, nullptr);
-  return op;
 }
 
-std::shared_ptr<Op> Engine::post_recv(const GroupInfo& g, int src, int tag, const Tensor& t,
-                                     std::shared_ptr<Op> op) {
-  if (!op) op = std::make_shared<Op>();
+void Engine::post_recv(const GroupInfo& g, int src, int tag, const Tensor& t,
+                       const std::shared_ptr<Op>& op) {
   op->kind = Op::Kind::Recv;
   op->group = g.id;
   op->group_name = g.name;
@@ -146,7 +155,7 @@ std::shared_ptr<Op> Engine::post_recv(const GroupInfo& g, int src, int tag, cons
   uint64_t msg = matcher_.post(g.id, src, tag, op->id);
   if (msg) {
     on_match_locked(op, msg);
-    return op;
+    return;
   }
   // A message that arrived before its sender went away still matches (above); nothing
   // more will come from a dead rank.
@@ -157,7 +166,6 @@ std::shared_ptr<Op> Engine::post_recv(const GroupInfo& g, int src, int tag, cons
     fail_locked(op, std::make_exception_ptr(PeerError(why)));
     throw PeerError(why);
   }
-  return op;
 }
 
 bool Engine::cancel(const std::shared_ptr<Op>& op, Deadline grace) {
@@ -264,10 +272,9 @@ void Engine::handle_message(Slot& s, int peer, std::span<const uint8_t> data) {
       bool self_matched = false;
       for (const Match& m : matches) {
         if (m.msg_id == id) self_matched = true;
-        if (auto* op = ops_.find(static_cast<uint32_t>(m.recv_id))) {
-          std::shared_ptr<Op> keep = *op;
-          on_match_locked(keep, m.msg_id);
-        }
+        // By reference into the table: on_match_locked does not post, so the table does not
+        // grow under it, and complete_locked keeps the op alive while it removes it.
+        if (auto* op = ops_.find(static_cast<uint32_t>(m.recv_id))) on_match_locked(*op, m.msg_id);
       }
       match_scratch_.swap(matches);
       current_ = {};
@@ -453,15 +460,16 @@ void Engine::handle_peer_error(Slot& s, int peer, const std::string& reason) {
 // ---- completion -----------------------------------------------------------------------
 
 void Engine::complete_locked(const std::shared_ptr<Op>& op_ref) {
-  std::shared_ptr<Op> op = op_ref;  // ops_.erase may drop the last other reference
+  Op* op = op_ref.get();
   if (op->done.load(std::memory_order_relaxed)) return;
+  // The table's reference (op_ref may be that very pointer) lives until the end of this call.
+  std::shared_ptr<Op> held = op->id ? ops_.take(op->id, op) : nullptr;
   op->stage = Op::Stage::Done;
   op->mr.reset();
   if (op->range_held) {
     active_ranges_.erase(reinterpret_cast<uintptr_t>(op->tensor.data));
     op->range_held = false;
   }
-  if (op->id) ops_.erase(op->id, op.get());
   op->done.store(true, std::memory_order_seq_cst);
   // Waiters count themselves in sleepers_ before they take the lock to sleep, so none can be
   // missed; the common case (the waiter spins) skips the condition variable.
@@ -470,7 +478,10 @@ void Engine::complete_locked(const std::shared_ptr<Op>& op_ref) {
 
 void Engine::fail_locked(const std::shared_ptr<Op>& op, std::exception_ptr e) {
   if (op->done.load(std::memory_order_relaxed)) return;
-  if (op->kind == Op::Kind::Recv && op->stage == Op::Stage::Posted) matcher_.cancel(op->id);
+  if (op->kind == Op::Kind::Recv && op->stage == Op::Stage::Posted) {
+    ChannelKey where{op->group, op->peer, op->tag};
+    matcher_.cancel(op->id, &where);
+  }
   op->error = std::move(e);
   complete_locked(op);
 }

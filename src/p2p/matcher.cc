@@ -20,8 +20,8 @@ uint64_t Matcher::post(uint64_t group, int src, int tag, uint64_t recv_id) {
       }
       return msg;
     }
-    ch.posted.emplace(order, recv_id);
-    recvs_.emplace(recv_id, RecvInfo{key, order});
+    ch.posted.emplace_back(order, recv_id);
+    ++posted_;
     return 0;
   }
   AnyKey ak{group, tag};
@@ -48,8 +48,8 @@ uint64_t Matcher::post(uint64_t group, int src, int tag, uint64_t recv_id) {
       return msg;
     }
   }
-  any_posted_[ak].emplace(order, recv_id);
-  recvs_.emplace(recv_id, RecvInfo{ChannelKey{group, kAnySource, tag}, order});
+  any_posted_[ak].emplace_back(order, recv_id);
+  ++posted_;
   return 0;
 }
 
@@ -84,17 +84,17 @@ void Matcher::on_ready(const ChannelKey& key, Channel& ch, uint64_t msg_id,
     bool has_any = any != any_posted_.end() && !any->second.empty();
     if (has_specific || has_any) {
       bool take_specific =
-          has_specific && (!has_any || ch.posted.begin()->first < any->second.begin()->first);
+          has_specific && (!has_any || ch.posted.front().first < any->second.front().first);
       uint64_t recv;
       if (take_specific) {
-        recv = ch.posted.begin()->second;
-        ch.posted.erase(ch.posted.begin());
+        recv = ch.posted.front().second;
+        ch.posted.pop_front();
       } else {
-        recv = any->second.begin()->second;
-        any->second.erase(any->second.begin());
+        recv = any->second.front().second;
+        any->second.pop_front();
         if (any->second.empty()) any_posted_.erase(any);
       }
-      recvs_.erase(recv);
+      --posted_;
       matches->push_back(Match{recv, msg_id});
       return;
     }
@@ -104,29 +104,51 @@ void Matcher::on_ready(const ChannelKey& key, Channel& ch, uint64_t msg_id,
   ready_sources_[ak].insert(key.src);
 }
 
-bool Matcher::cancel(uint64_t recv_id) {
-  auto it = recvs_.find(recv_id);
-  if (it == recvs_.end()) return false;
-  const RecvInfo& info = it->second;
-  if (info.key.src == kAnySource) {
-    AnyKey ak{info.key.group, info.key.tag};
-    auto any = any_posted_.find(ak);
-    if (any != any_posted_.end()) {
-      any->second.erase(info.order);
-      if (any->second.empty()) any_posted_.erase(any);
+bool Matcher::erase_recv(PostedQueue& q, uint64_t recv_id) {
+  for (auto it = q.begin(); it != q.end(); ++it) {
+    if (it->second == recv_id) {
+      q.erase(it);
+      return true;
+    }
+  }
+  return false;
+}
+
+bool Matcher::cancel(uint64_t recv_id, const ChannelKey* where) {
+  bool found = false;
+  if (where) {
+    if (where->src == kAnySource) {
+      auto any = any_posted_.find(AnyKey{where->group, where->tag});
+      if (any != any_posted_.end()) {
+        found = erase_recv(any->second, recv_id);
+        if (any->second.empty()) any_posted_.erase(any);
+      }
+    } else {
+      auto ch = channels_.find(*where);
+      if (ch != channels_.end()) found = erase_recv(ch->second.posted, recv_id);
     }
   } else {
-    auto ch = channels_.find(info.key);
-    if (ch != channels_.end()) ch->second.posted.erase(info.order);
+    for (auto& [key, ch] : channels_)
+      if ((found = erase_recv(ch.posted, recv_id))) break;
+    for (auto it = any_posted_.begin(); !found && it != any_posted_.end(); ++it) {
+      if ((found = erase_recv(it->second, recv_id))) {
+        if (it->second.empty()) any_posted_.erase(it);
+        break;
+      }
+    }
   }
-  recvs_.erase(it);
-  return true;
+  if (found) --posted_;
+  return found;
 }
 
 std::vector<uint64_t> Matcher::posted_in_group(uint64_t group) const {
   std::vector<uint64_t> out;
-  for (auto& [id, info] : recvs_)
-    if (info.key.group == group) out.push_back(id);
+  for (auto& [key, ch] : channels_)
+    if (key.group == group)
+      for (auto& [order, id] : ch.posted) out.push_back(id);
+  for (auto& [key, q] : any_posted_)
+    if (key.group == group)
+      for (auto& [order, id] : q) out.push_back(id);
   return out;
 }
 
@@ -145,7 +167,7 @@ std::vector<uint64_t> Matcher::drop_group(uint64_t group) {
   for (auto it = channels_.begin(); it != channels_.end();) {
     if (it->first.group == group) {
       unexpected_ -= it->second.early.size() + it->second.ready.size();
-      for (auto& [order, id] : it->second.posted) recvs_.erase(id);
+      posted_ -= it->second.posted.size();
       it = channels_.erase(it);
     } else {
       ++it;
@@ -153,7 +175,7 @@ std::vector<uint64_t> Matcher::drop_group(uint64_t group) {
   }
   for (auto it = any_posted_.begin(); it != any_posted_.end();) {
     if (it->first.group == group) {
-      for (auto& [order, id] : it->second) recvs_.erase(id);
+      posted_ -= it->second.size();
       it = any_posted_.erase(it);
     } else {
       ++it;

@@ -57,8 +57,9 @@ class Matcher {
   bool arrive(const ChannelKey& channel, uint64_t seq, uint64_t msg_id,
               std::vector<Match>* matches);
 
-  /// Removes a posted receive; false if it is not posted (already matched).
-  bool cancel(uint64_t recv_id);
+  /// Removes a posted receive; false if it is not posted (already matched). `where`, when
+  /// given, is the receive's (group, source or kAnySource, tag): only that queue is searched.
+  bool cancel(uint64_t recv_id, const ChannelKey* where = nullptr);
 
   /// Posted receives of `group`, and ready or early messages of `group` (for cleanup).
   std::vector<uint64_t> posted_in_group(uint64_t group) const;
@@ -68,7 +69,7 @@ class Matcher {
   /// their ids.
   std::vector<uint64_t> drop_group(uint64_t group);
 
-  size_t posted() const { return recvs_.size(); }
+  size_t posted() const { return posted_; }
   size_t unexpected() const { return unexpected_; }
   /// Next sequence number expected on `channel` (0 for a new channel).
   uint64_t expected(const ChannelKey& channel) const;
@@ -84,25 +85,25 @@ class Matcher {
       return ChannelKeyHash()(ChannelKey{k.group, -7, k.tag});
     }
   };
+  // Posted receives in post order: (order, recv id). Orders only grow, so the front is the
+  // earliest; a deque costs no allocation per receive (matching is the latency path).
+  using PostedQueue = std::deque<std::pair<uint64_t, uint64_t>>;
   struct Channel {
     uint64_t expected = 0;                            // next sequence to become ready
     std::map<uint64_t, uint64_t> early;               // seq -> msg id, arrived out of order
     std::deque<std::pair<uint64_t, uint64_t>> ready;  // (ready order, msg id), unmatched
-    std::map<uint64_t, uint64_t> posted;              // post order -> recv id (this source)
+    PostedQueue posted;                               // receives naming this source
   };
-  struct RecvInfo {
-    ChannelKey key;  // src == kAnySource for any-source receives
-    uint64_t order;
-  };
+  static bool erase_recv(PostedQueue& q, uint64_t recv_id);
 
   // A message of `ch` became ready: match it or queue it.
   void on_ready(const ChannelKey& key, Channel& ch, uint64_t msg_id, std::vector<Match>* matches);
 
   std::unordered_map<ChannelKey, Channel, ChannelKeyHash> channels_;
-  std::unordered_map<AnyKey, std::map<uint64_t, uint64_t>, AnyKeyHash> any_posted_;
+  std::unordered_map<AnyKey, PostedQueue, AnyKeyHash> any_posted_;
   // (group, tag) -> sources whose channel has ready, unmatched messages.
   std::unordered_map<AnyKey, std::set<int32_t>, AnyKeyHash> ready_sources_;
-  std::unordered_map<uint64_t, RecvInfo> recvs_;
+  size_t posted_ = 0;
   uint64_t next_order_ = 1;
   size_t unexpected_ = 0;
 };

@@ -58,6 +58,16 @@ class OpTable {
     --live_;
   }
 
+  /// Removes and returns the operation with this id if it is `op`; else null.
+  std::shared_ptr<Op> take(uint32_t id, const Op* op) {
+    uint32_t idx = id & kIndexMask;
+    if (idx >= slots_.size() || gens_[idx] != (id >> kIndexBits) || slots_[idx].get() != op)
+      return nullptr;
+    free_.push_back(idx);
+    --live_;
+    return std::move(slots_[idx]);
+  }
+
   /// Every live operation (a copy: callers fail or complete them while iterating).
   std::vector<std::shared_ptr<Op>> snapshot() const {
     std::vector<std::shared_ptr<Op>> out;
