@@ -435,6 +435,10 @@ bool Engine::post_msg_locked(Link& l, uint8_t* hdr, size_t hdr_len, const void* 
   switch (l.ep->send(std::span<const iovec>(iov, len ? 2 : 1))) {
     case transport::PostStatus::Ok:
       if (l.flow) --l.credits;
+      // The transport deferred part of the post to its next progress(): when the progress
+      // thread sleeps (no thread waited here for a while), wake it so that one runs soon.
+      if (progress_sleeping_.load(std::memory_order_relaxed) && l.slot->tr->needs_progress())
+        wake_progress_thread();
       if (op) complete_locked(op);  // eager send: buffered, done
       return true;
     case transport::PostStatus::NoResource:

@@ -118,12 +118,14 @@ class Engine : public std::enable_shared_from_this<Engine> {
 
   /// Posts a send to global rank `dst` / a receive from `src` (or kAnySource). Arguments are
   /// validated by the caller (ProcessGroup); these throw only for engine-level problems.
-  /// `op`, when given, is a fresh Op the caller allocated (e.g. inside its Work, to save an
-  /// allocation); else the engine makes one.
-  std::shared_ptr<Op> post_send(const GroupInfo& g, int dst, int tag, const Tensor& t,
-                                std::shared_ptr<Op> op = nullptr);
-  std::shared_ptr<Op> post_recv(const GroupInfo& g, int src, int tag, const Tensor& t,
-                                std::shared_ptr<Op> op = nullptr);
+  std::shared_ptr<Op> post_send(const GroupInfo& g, int dst, int tag, const Tensor& t);
+  std::shared_ptr<Op> post_recv(const GroupInfo& g, int src, int tag, const Tensor& t);
+  /// The same into a fresh Op the caller allocated (inside its Work: one allocation per
+  /// operation); the engine copies the pointer only while it needs the op.
+  void post_send(const GroupInfo& g, int dst, int tag, const Tensor& t,
+                 const std::shared_ptr<Op>& op);
+  void post_recv(const GroupInfo& g, int src, int tag, const Tensor& t,
+                 const std::shared_ptr<Op>& op);
 
   /// Adaptive wait (spin, yield, block) until `op` is done or the deadline passes; rethrows
   /// the op's error; TimeoutError says what the op was waiting for.
@@ -277,6 +279,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   std::atomic<int> spinners_{0};
   std::atomic<int> sleepers_{0};              // user threads blocked on done_cv_
   std::atomic<uint64_t> spin_epoch_{0};  // bumped whenever a wait stops spinning
+  std::atomic<bool> progress_sleeping_{false};  // the progress thread is in (or entering) epoll
   static constexpr std::chrono::milliseconds kLinger{1};
   std::mutex park_mu_;
   std::condition_variable park_cv_;

@@ -302,10 +302,14 @@ void Engine::progress_thread_main() {
       }
       if (any_without_fd_ || !backlog_.empty()) timeout_ms = 1;
       want_links = !need_link_.empty();
+      // Under the lock, so that a post either comes before arm() above (which finishes its
+      // deferred work) or sees the flag and wakes us (post_msg_locked).
+      progress_sleeping_.store(sleep, std::memory_order_relaxed);
     }
     if (want_links) make_wanted_links();
     if (!sleep) continue;
     int n = epoll_wait(epoll_fd_, evs, 16, timeout_ms);
+    progress_sleeping_.store(false, std::memory_order_relaxed);
     for (int i = 0; i < n; ++i) {
       if (evs[i].data.fd == wake_fd_) {
         uint64_t v;

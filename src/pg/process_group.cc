@@ -266,8 +266,7 @@ std::shared_ptr<Work> ProcessGroup::isend(const Tensor& tensor, int dst, int tag
   check_tensor("isend", tensor);
   std::shared_ptr<p2p::Op> op;
   auto w = detail::P2PWork::make(state_, &op);
-  state_->world->engine->post_send(state_->info, state_->info.ranks[dst], tag, tensor,
-                                   std::move(op));
+  state_->world->engine->post_send(state_->info, state_->info.ranks[dst], tag, tensor, op);
   return w;
 }
 
@@ -278,7 +277,7 @@ std::shared_ptr<Work> ProcessGroup::irecv(const Tensor& tensor, int src, int tag
   int global = src == kAnySource ? p2p::kAnySource : state_->info.ranks[src];
   std::shared_ptr<p2p::Op> op;
   auto w = detail::P2PWork::make(state_, &op);
-  state_->world->engine->post_recv(state_->info, global, tag, tensor, std::move(op));
+  state_->world->engine->post_recv(state_->info, global, tag, tensor, op);
   return w;
 }
 

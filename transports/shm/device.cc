@@ -102,6 +102,7 @@ ShmTransport::ShmTransport(const TransportContext& ctx, const Settings& settings
 }
 
 ShmTransport::~ShmTransport() {
+  if (!unfenced_.empty()) check_unfenced();
   // Say goodbye on every socket so that peers tell a clean shutdown from a crash.
   Control bye;
   bye.type = ControlType::Bye;
@@ -335,8 +336,18 @@ int ShmTransport::deliver(EventSink& sink) {
   return n;
 }
 
+void ShmTransport::check_unfenced() {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  for (ShmEndpoint* ep : unfenced_) {
+    ep->unfenced_ = false;
+    if (!ep->failed_ && ep->out_.take_sleeper()) ep->ring_peer(ep->out_sock_.get());
+  }
+  unfenced_.clear();
+}
+
 int ShmTransport::progress(EventSink& sink) {
   int n = 0;
+  if (!unfenced_.empty()) check_unfenced();
   bool sockets = false;
   if (armed_) {
     armed_ = false;
@@ -369,6 +380,7 @@ int ShmTransport::progress(EventSink& sink) {
 }
 
 bool ShmTransport::arm() {
+  if (!unfenced_.empty()) check_unfenced();
   if (!events_.empty()) return false;
   armed_ = true;
   if (puts_pending_ > 0) {

@@ -53,6 +53,7 @@ class ShmTransport final : public Transport {
   int progress(EventSink& sink) override;
   int wait_fd() const override { return epoll_.get(); }
   bool arm() override;
+  bool needs_progress() const override { return !unfenced_.empty(); }
 
   const Settings& settings() const { return cfg_; }
   int rank() const { return ctx_.rank; }
@@ -103,6 +104,9 @@ class ShmTransport final : public Transport {
   /// Adds fd to the epoll set under `tag` (retag: it is there already, under another tag).
   void watch(int fd, uint64_t tag, bool retag = false);
   int deliver(EventSink& sink);
+  /// The fenced doorbell check of the sends that skipped it (ShmEndpoint::send).
+  void check_unfenced();
+  std::vector<ShmEndpoint*> unfenced_;
 
   TransportContext ctx_;
   Settings cfg_;

@@ -43,7 +43,16 @@ PostStatus ShmEndpoint::send(std::span<const iovec> iov) {
   if (failed_) return PostStatus::PeerFailed;
   if (out_state_ != OutState::Accepted || !in_attached_) return PostStatus::NoResource;
   if (!out_.push(RecordType::Message, {}, iov, total)) return PostStatus::NoResource;
-  if (out_.take_sleeper()) ring_peer(out_sock_.get());
+  // The fence that orders our record before the receiver's "sleeping" flag would make the
+  // sender wait for its record to reach the receiver's cache: a send costs that latency
+  // twice. Check without it now (a receiver asleep for a while is seen), and fenced at the
+  // next progress() or arm() (ShmTransport::check_unfenced), which the engine runs soon.
+  if (out_.take_sleeper_unfenced()) {
+    ring_peer(out_sock_.get());
+  } else if (!unfenced_) {
+    unfenced_ = true;
+    t_.unfenced_.push_back(this);
+  }
   return PostStatus::Ok;
 }
 

@@ -80,6 +80,7 @@ class ShmEndpoint final : public Endpoint {
   int help(EventSink& sink);
   /// Rings the peer's doorbell (it is sleeping or asked for space).
   void ring_peer(int sock);
+  bool unfenced_ = false;  ///< a send's doorbell check awaits the fenced pass
   /// "rank 3 (pid 1234)".
   std::string who() const;
 

@@ -140,6 +140,12 @@ class RingProducer {
   /// True when the receiver announced it is going to sleep (and clears the flag): the caller
   /// rings its doorbell. Includes the fence that pairs with the receiver's arm().
   bool take_sleeper();
+  /// The same without the fence: true only when the receiver's flag is already visible.
+  /// False proves nothing; take_sleeper() must follow before this process stops progressing.
+  bool take_sleeper_unfenced() {
+    if (ctl_->consumer_sleeping.load(std::memory_order_relaxed) == 0) return false;
+    return ctl_->consumer_sleeping.exchange(0, std::memory_order_acq_rel) != 0;
+  }
   /// Arms the "wake me when space frees" flag and reports whether space is free already.
   bool space_or_arm(size_t payload);
   size_t max_payload() const { return max_payload_; }

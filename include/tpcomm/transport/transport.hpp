@@ -100,6 +100,11 @@ class Transport {
   /// (ibv_req_notify_cq, ucp_worker_arm, "doorbell wanted" flags). Returns false when work
   /// is already pending, in which case the caller runs progress() instead of sleeping.
   virtual bool arm() { return true; }
+
+  /// True when a post left work that only a later progress() (or arm()) finishes, such as a
+  /// doorbell check deferred off the send path. Called under the caller's serialization after
+  /// posts; the caller then makes sure progress() runs soon even if nobody waits.
+  virtual bool needs_progress() const { return false; }
 };
 
 /// Creates a transport; throws NotSupportedError (with the reason) where it cannot run here,
