@@ -163,6 +163,64 @@ TEST(MismatchedCollectives, AllReduceAgainstBroadcast) {
   EXPECT_RANKS_OK(r);
 }
 
+// The same on one host, where the collectives run on shared memory (shm_direct) without
+// messages: each rank publishes what it called next to its steps, a rank waiting on a peer's
+// step compares the calls, and a rank that finds a mismatch poisons its counters so that
+// every rank waiting on it fails at once too. Every rank gets a MismatchError naming both
+// calls, well before the deadline.
+TEST(MismatchedCollectives, OnOneHostSharedMemory) {
+  for (int variant = 0; variant < 2; ++variant) {
+    RunOptions opt;
+    opt.timeout = milliseconds(90000);
+    auto r = run_ranks(
+        4,
+        [&](RankContext& c) {
+          auto pg = world(c, c.store, c.rank, 4, seconds(8));
+          std::vector<float> v(64, 1.0f);
+          std::vector<int32_t> iv(64, 1);
+          pg->barrier();  // the shared-memory path is set up; both calls below use it
+          auto start = Clock::now();
+          std::string err = "(no error)";
+          try {
+            if (c.rank < 2)
+              pg->all_reduce(Tensor::of(v));
+            else if (variant == 0)
+              pg->broadcast(Tensor::of(v), 0);
+            else
+              pg->all_reduce(Tensor::of(iv));
+          } catch (const MismatchError& e) {
+            err = std::string("MismatchError: ") + e.what();
+          } catch (const Error& e) {
+            err = e.what();
+          }
+          EXPECT_LT(Clock::now() - start, seconds(6)) << err;  // before the 8 s deadline
+          EXPECT_TRUE(contains(err, "MismatchError: ")) << err;
+          EXPECT_TRUE(contains(err, "shm_direct")) << err;
+          EXPECT_TRUE(contains(err, "all_reduce(float32[64], sum)")) << err;
+          // Between them the ranks' errors name both calls.
+          std::string key = "err" + std::to_string(variant) + "/";
+          c.store->set(key + std::to_string(c.rank), err);
+          c.store->wait({key + "0", key + "1", key + "2", key + "3"});
+          std::string all;
+          for (int k = 0; k < 4; ++k) all += c.store->get_string(key + std::to_string(k));
+          EXPECT_TRUE(contains(
+              all, variant == 0 ? "broadcast(float32[64], root 0)" : "all_reduce(int32[64], sum)"))
+              << all;
+          // The group's shared-memory collectives are unusable now: a clear error, no hang.
+          std::string later;
+          try {
+            pg->all_reduce(Tensor::of(v));
+          } catch (const Error& e) {
+            later = e.what();
+          }
+          EXPECT_FALSE(later.empty());
+          pg->destroy();
+        },
+        opt);
+    EXPECT_RANKS_OK(r);
+  }
+}
+
 // Same operation, same byte count, different dtype (float32 against int32): the argument
 // hash in the tags keeps the calls apart, so nothing is silently reduced across dtypes; every
 // rank gets a MismatchError (found, or read from another's notice).

@@ -234,7 +234,8 @@ HostColl::~HostColl() = default;
 int HostColl::rank() const { return team_->rank(); }
 int HostColl::size() const { return team_->size(); }
 
-bool HostColl::begin(CollOp op, uint64_t bytes, const CommonOptions& options, Deadline dl) {
+bool HostColl::begin(CollOp op, uint64_t bytes, const CommonOptions& options, Deadline dl,
+                     const Tensor& t, int root, int redop) {
   if (team_->broken()) {
     throw Error("shm_direct: " + std::string(coll_op_name(op)) + " on rank " +
                 std::to_string(team_->rank()) +
@@ -243,12 +244,21 @@ bool HostColl::begin(CollOp op, uint64_t bytes, const CommonOptions& options, De
   }
   if (!shm_selected(op, bytes, options, rules_)) return false;
   team_->set_deadline(dl);
+  CallSig s;
+  s.op = static_cast<uint8_t>(op);
+  s.dtype = static_cast<uint8_t>(t.dtype);
+  s.count = static_cast<uint64_t>(t.numel);
+  s.root = root;
+  s.redop = static_cast<uint8_t>(redop < 0 ? 0xff : redop);
+  team_->begin_call(s);
   last_ = &shm_catalogue(op)[0];
   return true;
 }
 
 bool HostColl::all_reduce(const AllReduceArgs& a, Deadline dl) {
-  if (!begin(CollOp::AllReduce, a.input.nbytes(), a.options, dl)) return false;
+  if (!begin(CollOp::AllReduce, a.input.nbytes(), a.options, dl, a.input, -1,
+             static_cast<int>(a.op)))
+    return false;
   const size_t count = static_cast<size_t>(a.input.numel);
   if (count == 0) return true;
   Reducer red(a.input.dtype, a.op, a.premul_scale);
@@ -262,7 +272,8 @@ bool HostColl::all_reduce(const AllReduceArgs& a, Deadline dl) {
 }
 
 bool HostColl::broadcast(const BroadcastArgs& a, Deadline dl) {
-  if (!begin(CollOp::Broadcast, a.tensor.nbytes(), a.options, dl)) return false;
+  if (!begin(CollOp::Broadcast, a.tensor.nbytes(), a.options, dl, a.tensor, a.root, -1))
+    return false;
   const size_t bytes = a.tensor.nbytes();
   const void* src = a.input.data != nullptr ? a.input.data : a.tensor.data;
   if (bytes == 0) return true;
@@ -275,7 +286,7 @@ bool HostColl::broadcast(const BroadcastArgs& a, Deadline dl) {
 }
 
 bool HostColl::all_gather(const AllGatherArgs& a, Deadline dl) {
-  if (!begin(CollOp::AllGather, a.output.nbytes(), a.options, dl)) return false;
+  if (!begin(CollOp::AllGather, a.output.nbytes(), a.options, dl, a.input, -1, -1)) return false;
   const size_t m = a.input.nbytes();
   if (m == 0) return true;
   if (team_->size() == 1) {
@@ -287,7 +298,9 @@ bool HostColl::all_gather(const AllGatherArgs& a, Deadline dl) {
 }
 
 bool HostColl::reduce_scatter(const ReduceScatterArgs& a, Deadline dl) {
-  if (!begin(CollOp::ReduceScatter, a.input.nbytes(), a.options, dl)) return false;
+  if (!begin(CollOp::ReduceScatter, a.input.nbytes(), a.options, dl, a.output, -1,
+             static_cast<int>(a.op)))
+    return false;
   const size_t m = static_cast<size_t>(a.output.numel);
   if (m == 0) return true;
   Reducer red(a.input.dtype, a.op, a.premul_scale);
@@ -301,7 +314,9 @@ bool HostColl::reduce_scatter(const ReduceScatterArgs& a, Deadline dl) {
 }
 
 bool HostColl::reduce(const ReduceArgs& a, Deadline dl) {
-  if (!begin(CollOp::Reduce, a.input.nbytes(), a.options, dl)) return false;
+  if (!begin(CollOp::Reduce, a.input.nbytes(), a.options, dl, a.input, a.root,
+             static_cast<int>(a.op)))
+    return false;
   const size_t count = static_cast<size_t>(a.input.numel);
   if (count == 0) return true;
   Reducer red(a.input.dtype, a.op, a.premul_scale);
@@ -316,7 +331,7 @@ bool HostColl::reduce(const ReduceArgs& a, Deadline dl) {
 }
 
 bool HostColl::barrier(Deadline dl) {
-  if (!begin(CollOp::Barrier, 0, CommonOptions{}, dl)) return false;
+  if (!begin(CollOp::Barrier, 0, CommonOptions{}, dl, Tensor{}, -1, -1)) return false;
   if (team_->size() > 1) barrier_shm(*team_);
   return true;
 }

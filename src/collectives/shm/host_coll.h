@@ -65,7 +65,10 @@ class HostColl {
 
  private:
   HostColl() = default;
-  bool begin(CollOp op, uint64_t bytes, const CommonOptions& options, Deadline dl);
+  // Declines (false) or starts a call: its deadline, and what this rank called (`t`: the
+  // tensor whose dtype and element count every rank must agree on; root and reduce op or -1).
+  bool begin(CollOp op, uint64_t bytes, const CommonOptions& options, Deadline dl, const Tensor& t,
+             int root, int redop);
 
   std::vector<MappedSegment> segments_;
   std::unique_ptr<Team> team_;

@@ -13,7 +13,9 @@
 #include <climits>
 #include <ctime>
 
+#include "collectives/types.h"
 #include "tpcomm/error.hpp"
+#include "tpcomm/types.hpp"
 
 namespace tpcomm::coll::shm {
 
@@ -52,7 +54,8 @@ Team::Team(int rank, int size, std::vector<uint8_t*> bases, size_t staging_bytes
       buf_(staging_bytes / kBuffers / 64 * 64),
       chunk_(std::min(chunk_bytes, buf_)),
       spin_us_(spin_us),
-      known_(static_cast<size_t>(size), 0) {
+      known_(static_cast<size_t>(size), 0),
+      checked_(static_cast<size_t>(size), 0) {
   // More ranks than cores: a spinning waiter holds the core its peer needs.
   if (size_ > online_cpus()) spin_us_ = std::min(spin_us_, 2);
   if (chunk_ < 64) chunk_ = 64;
@@ -78,7 +81,92 @@ uint64_t Team::post() {
   return phase_;
 }
 
+void Team::begin_call(const CallSig& s) {
+  sig_ = s;
+  sig_.call = ++calls_begun_;
+  call_base_ = phase_;
+  flag(rank_)->calls[sig_.call % kCallRing] = sig_;  // published by this call's first post
+}
+
+namespace {
+
+// The operation's name as the API spells it.
+const char* api_name(CollOp op) {
+  switch (op) {
+    case CollOp::Broadcast:
+      return "broadcast";
+    case CollOp::AllReduce:
+      return "all_reduce";
+    case CollOp::Reduce:
+      return "reduce";
+    case CollOp::AllGather:
+      return "all_gather";
+    case CollOp::ReduceScatter:
+      return "reduce_scatter";
+    case CollOp::Barrier:
+      return "barrier";
+    default:
+      return coll_op_name(op);
+  }
+}
+
+std::string describe_call(const CallSig& s) {
+  std::string d = api_name(static_cast<CollOp>(s.op));
+  if (static_cast<CollOp>(s.op) == CollOp::Barrier) return d;
+  d += std::string("(") + dtype_name(static_cast<DType>(s.dtype)) + "[" + std::to_string(s.count) +
+       "]";
+  if (s.redop != 0xff) d += std::string(", ") + reduce_op_name(static_cast<ReduceOp>(s.redop));
+  if (s.root >= 0) d += ", root " + std::to_string(s.root);
+  return d + ")";
+}
+
+}  // namespace
+
+void Team::poison() {
+  // Each counter keeps the step it really reached under the poison bit: a peer still waiting
+  // for an earlier step (of an earlier call) passes; one waiting beyond it fails.
+  FlagLine* f = flag(rank_);
+  f->calls[sig_.call % kCallRing] = sig_;
+  for (int p = 0; p < 2; ++p) {
+    std::atomic<uint64_t>& w = slot(rank_, p)->seq;
+    slot(rank_, p)->call = sig_;
+    w.store(kPoison | w.load(std::memory_order_relaxed), std::memory_order_seq_cst);
+    futex_wake_all(w);
+  }
+  f->seq.store(kPoison | f->seq.load(std::memory_order_relaxed), std::memory_order_seq_cst);
+  futex_wake_all(f->seq);
+}
+
+void Team::poisoned(int r, const CallSig& theirs) {
+  broken_ = true;
+  throw MismatchError("shm_direct: rank " + std::to_string(rank_) + " called " +
+                      describe_call(sig_) + " as its shared-memory collective #" +
+                      std::to_string(sig_.call) + "; rank " + std::to_string(r) +
+                      " (which called " + describe_call(theirs) +
+                      ") found that the ranks disagree on this call. Every rank of the group must "
+                      "call the same collectives in the same order with the same arguments; this "
+                      "group's shared-memory collectives are now unusable (recreate the group)");
+}
+
+void Team::mismatch(int r, const CallSig& theirs) {
+  broken_ = true;  // the ranks' steps no longer agree
+  poison();
+  std::string msg = "shm_direct: rank " + std::to_string(rank_) + " called " + describe_call(sig_) +
+                    " as its shared-memory collective #" + std::to_string(sig_.call) +
+                    ", but rank " + std::to_string(r);
+  if (theirs.call != sig_.call)
+    msg += " is at its collective #" + std::to_string(theirs.call) + " (" + describe_call(theirs) +
+           "): a call was skipped on one of them";
+  else
+    msg += " called " + describe_call(theirs);
+  throw MismatchError(msg +
+                      ". Every rank of the group must call the same collectives in the same "
+                      "order with the same dtype, element count, root and reduce op; this "
+                      "group's shared-memory collectives are now unusable (recreate the group)");
+}
+
 uint64_t Team::post_small(int p) {
+  slot(rank_, p)->call = sig_;
   std::atomic<uint64_t>& w = slot(rank_, p)->seq;
   w.store(++phase_, std::memory_order_seq_cst);
   wake_sleepers(w);
@@ -127,7 +215,8 @@ void Team::wait_peer(int r, uint64_t v, const char* what) {
   uint64_t seen = 0;
   wait_until(
       r, flag(r)->seq, v, [&] { return (seen = progress(r)) >= v; }, what);
-  known_[r] = seen;
+  known_[r] = check_poison(r, seen, v, flag(r)->calls[sig_.call % kCallRing]);
+  check_call(r, v, flag(r)->calls[sig_.call % kCallRing]);
 }
 
 void Team::wait_all(uint64_t v, const char* what) {
@@ -149,7 +238,8 @@ void Team::wait_all(uint64_t v, const char* what) {
       if (missing.empty()) missing.push_back(r);
       timeout(missing, v, what);
     }
-    known_[r] = seen;
+    known_[r] = check_poison(r, seen, v, flag(r)->calls[sig_.call % kCallRing]);
+    check_call(r, v, flag(r)->calls[sig_.call % kCallRing]);
   }
 }
 
@@ -158,7 +248,8 @@ void Team::wait_small(int r, int p, uint64_t v, const char* what) {
   uint64_t seen = 0;
   wait_until(
       r, w, v, [&] { return (seen = w.load(std::memory_order_acquire)) >= v; }, what);
-  known_[r] = std::max(known_[r], seen);
+  known_[r] = std::max(known_[r], check_poison(r, seen, v, slot(r, p)->call));
+  check_call(r, v, slot(r, p)->call);
 }
 
 void Team::wait_small_all(int p, uint64_t v, const char* what) {

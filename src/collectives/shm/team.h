@@ -33,18 +33,41 @@ struct alignas(kLine) SegHeader {
   int32_t size;
 };
 
-/// A phase counter and the number of peers asleep on this segment's counters.
+/// What a rank called, published with its steps: a peer that waits on one of this call's
+/// steps compares it with its own call, so that ranks running different collectives (or the
+/// same one with another dtype, count, root or reduce op) fail with a MismatchError naming
+/// both instead of mixing their data. It rides in lines the waiter reads anyway.
+struct CallSig {
+  uint32_t call = 0;  ///< the rank's count of shared-memory collectives, from 1
+  uint8_t op = 0;     ///< CollOp
+  uint8_t dtype = 0;
+  uint8_t redop = 0xff;  ///< ReduceOp, 0xff: none
+  uint8_t pad = 0;
+  int32_t root = -1;
+  uint32_t pad2 = 0;
+  uint64_t count = 0;  ///< elements each rank contributes
+};
+
+/// Calls remembered in the flag line (a peer is never that many calls ahead).
+inline constexpr uint32_t kCallRing = 4;
+
+/// A phase counter, the number of peers asleep on this segment's counters, and the recent
+/// calls (by call number modulo kCallRing).
 struct alignas(kLine) FlagLine {
   std::atomic<uint64_t> seq;
   std::atomic<uint32_t> sleepers;
+  CallSig calls[kCallRing];
 };
+static_assert(sizeof(FlagLine) == kLine);
 
-/// A small message: its phase and the first 56 payload bytes share one line (a reader takes
-/// one cache miss for both); longer payloads continue into the following bytes.
+/// A small message: its phase, its call and the first 96 payload bytes share one line (a
+/// reader takes one cache miss for all); longer payloads continue into the following bytes.
 struct alignas(kLine) SmallSlot {
   std::atomic<uint64_t> seq;
-  uint8_t payload[kLine - 8];
+  CallSig call;
+  uint8_t payload[kLine - 8 - sizeof(CallSig)];
 };
+inline constexpr size_t kSmallHeader = 8 + sizeof(CallSig);
 
 /// What an owner tells the readers of a chunked step (one per staging buffer, protected like
 /// the buffer): whether they read its own buffer at `addr` directly (cross_read.h) rather
@@ -56,7 +79,7 @@ struct alignas(kLine) StepDesc {
 
 /// Payload bytes of each of the two small slots.
 inline constexpr size_t kSmallBytes = 8192;
-inline constexpr size_t kSmallSlotStride = (8 + kSmallBytes + kLine - 1) / kLine * kLine;
+inline constexpr size_t kSmallSlotStride = (kSmallHeader + kSmallBytes + kLine - 1) / kLine * kLine;
 
 /// Staging buffers per rank: three let all_reduce post once per chunk (peers still read
 /// the previous chunk's result while this rank fills the next).
@@ -140,6 +163,8 @@ class Team {
 
   /// Deadline of the running call.
   void set_deadline(Deadline dl) { dl_ = dl; }
+  /// Starts a call: publishes what this rank called (s.call is set here) for its peers.
+  void begin_call(const CallSig& s);
   /// Set after a timeout: the phases of the ranks no longer agree.
   bool broken() const { return broken_; }
 
@@ -154,6 +179,30 @@ class Team {
   template <class Ready>
   void wait_until(int r, std::atomic<uint64_t>& word, uint64_t v, Ready ready, const char* what);
   [[noreturn]] void timeout(const std::vector<int>& missing, uint64_t v, const char* what);
+  /// Once per peer and call, on a step of this call: `theirs` must be this rank's call. A
+  /// record of a later call proves nothing (a peer may run calls ahead, e.g. a reduce's
+  /// non-root ranks, and the flag line keeps only the last kCallRing calls).
+  void check_call(int r, uint64_t v, const CallSig& theirs) {
+    if (v <= call_base_ || checked_[r] == sig_.call) return;
+    checked_[r] = sig_.call;
+    if (theirs.call > sig_.call) return;
+    if (theirs.call != sig_.call || theirs.op != sig_.op || theirs.dtype != sig_.dtype ||
+        theirs.redop != sig_.redop || theirs.root != sig_.root || theirs.count != sig_.count)
+      mismatch(r, theirs);
+  }
+  [[noreturn]] void mismatch(int r, const CallSig& theirs);
+  /// A rank that found a mismatch sets all its counters to this, so that every peer waiting
+  /// on it wakes and fails too (with the call it published) instead of timing out.
+  static constexpr uint64_t kPoison = uint64_t{1} << 62;
+  void poison();
+  [[noreturn]] void poisoned(int r, const CallSig& theirs);
+  // `seen` without the poison bit; throws when the peer poisoned before reaching step `v`.
+  uint64_t check_poison(int r, uint64_t seen, uint64_t v, const CallSig& theirs) {
+    if (seen < kPoison) return seen;
+    seen &= ~kPoison;
+    if (seen < v) poisoned(r, theirs);
+    return seen;
+  }
 
   int rank_;
   int size_;
@@ -163,6 +212,10 @@ class Team {
   int spin_us_;
   uint64_t phase_ = 0;
   std::vector<uint64_t> known_;  // progress seen from each peer
+  CallSig sig_;                  // the running call
+  uint64_t call_base_ = 0;       // phase_ when it began: its steps are above
+  uint32_t calls_begun_ = 0;
+  std::vector<uint32_t> checked_;  // the call each peer was last checked in
   uint64_t buf_release_[kBuffers] = {0, 0, 0};
   uint64_t small_release_[2] = {0, 0};
   int next_buf_ = 0;
