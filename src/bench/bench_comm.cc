@@ -3,6 +3,7 @@
 
 #include <cstring>
 #include <mutex>
+#include <string_view>
 
 #include "collectives/collectives.h"
 #include "collectives/util.h"
@@ -24,8 +25,8 @@ BenchCommFactory& factory_slot() {
 
 }  // namespace
 
-std::string CollBenchComm::run(const BenchCall& c) {
-  const std::string name = c.op->name;
+const char* CollBenchComm::run(const BenchCall& c) {
+  const std::string_view name = c.op->name;
   const size_t p = c.shape.param;
   const int r = rank(), n = size();
   coll::CommonOptions o;
@@ -92,7 +93,7 @@ std::string CollBenchComm::run(const BenchCall& c) {
     comm_.wait(sq);
     return "p2p";
   }
-  throw InvalidArgument("tpbench: no such operation '" + name + "'");
+  throw InvalidArgument("tpbench: no such operation '" + std::string(name) + "'");
 }
 
 void CollBenchComm::barrier() { coll::barrier(comm_); }

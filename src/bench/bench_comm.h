@@ -41,8 +41,9 @@ class BenchComm {
   virtual int size() const = 0;
   /// Transport name for the header ("local" for threads).
   virtual std::string transport() const = 0;
-  /// Runs the call (blocking); returns the name of the algorithm that ran.
-  virtual std::string run(const BenchCall& call) = 0;
+  /// Runs the call (blocking); returns the name of the algorithm that ran (a static string:
+  /// the timed loop builds no string).
+  virtual const char* run(const BenchCall& call) = 0;
   virtual void barrier() = 0;
   /// The maximum / sum of v over all ranks, on every rank.
   virtual double max(double v) = 0;
@@ -56,7 +57,7 @@ class CollBenchComm : public BenchComm {
   int rank() const override { return comm_.rank(); }
   int size() const override { return comm_.size(); }
   std::string transport() const override { return comm_.hints().name; }
-  std::string run(const BenchCall& call) override;
+  const char* run(const BenchCall& call) override;
   void barrier() override;
   double max(double v) override;
   int64_t sum(int64_t v) override;

@@ -126,8 +126,8 @@ std::string message_of(std::exception_ptr e) {
 }
 
 // Runs one collective now (caller holds no lock).
-void execute(GroupState& g, const char* op, const CollectiveOptions& o, const CollBody& body) {
-  CollState& cs = coll_state(g);
+void execute(GroupState& g, CollState& cs, const char* op, const CollectiveOptions& o,
+             BodyRef body) {
   std::lock_guard<std::mutex> run(cs.run_mu);
   g.check_usable(op);
   if (!cs.broken.empty())
@@ -135,26 +135,27 @@ void execute(GroupState& g, const char* op, const CollectiveOptions& o, const Co
                        "' are unusable: " + cs.broken +
                        ". Messages of that call may still be in flight; destroy the group and "
                        "create a new one");
+  CollCall& call = cs.call;
   if (!cs.hints_ready) {
     compute_hints(g, cs);
     make_host_coll(g, cs, Deadline::after(o.timeout.count() > 0 ? o.timeout : g.timeout));
+    call.engine = g.world->engine;
+    call.channel = &cs.channel;
+    call.group_name = g.info.name;
+    call.rank = g.rank;
+    call.store = g.store;
+    call.hints = cs.hints;
+    call.ring = cs.ring.get();
+    call.check_signature = cs.check_signature;
   }
-  CollCall call;
-  call.engine = g.world->engine;
-  call.channel = &cs.channel;
-  call.group_name = g.info.name;
-  call.rank = g.rank;
+  // Per call: no allocation, no reference count (the latency of small collectives).
   call.seq = cs.seq++;
   const uint64_t seq = call.seq;
-  call.store = g.store;
   call.op = op;
   auto timeout = o.timeout.count() > 0 ? o.timeout : g.timeout;
   call.deadline = Deadline::after(timeout);
   call.timeout = timeout;
-  call.hints = cs.hints;
-  call.ring = cs.ring.get();
-  call.check_signature = cs.check_signature;
-  EngineComm comm(std::move(call));
+  EngineComm comm(call);
   CollContext ctx{comm, cs.host.get()};
   const char* algo = nullptr;
   try {
@@ -179,8 +180,33 @@ void execute(GroupState& g, const char* op, const CollectiveOptions& o, const Co
     throw;
   }
   comm.record_done(algo);
-  std::lock_guard<std::mutex> lk(cs.info_mu);
-  cs.last_algorithm = algo ? algo : "";
+  cs.last_algorithm.store(algo, std::memory_order_release);
+}
+
+// The Work of a blocking collective that succeeded: immutable, shared by all such calls.
+class DoneWork : public Work {
+ public:
+  bool wait(std::optional<std::chrono::milliseconds>) override { return true; }
+  bool is_completed() override { return true; }
+  bool is_success() override { return true; }
+  std::exception_ptr exception() override { return nullptr; }
+  int source_rank() override { return -1; }
+};
+
+const std::shared_ptr<Work>& done_work() {
+  static const std::shared_ptr<Work> w = std::make_shared<DoneWork>();
+  return w;
+}
+
+void blocking(GroupState& g, CollState& cs, const char* op, const CollectiveOptions& options,
+              BodyRef body) {
+  if (cs.async_used.load(std::memory_order_acquire)) {
+    // Calls are ordered: earlier async collectives of this group finish first.
+    std::shared_ptr<CollQueue> q = cs.queue;
+    std::unique_lock<std::mutex> lk(q->mu);
+    q->cv.wait(lk, [&] { return q->tasks.empty() && !q->busy; });
+  }
+  execute(g, cs, op, options, body);
 }
 
 }  // namespace
@@ -215,29 +241,25 @@ CollState& coll_state(GroupState& g) {
   return *g.coll;
 }
 
-void run_blocking(GroupState& g, const char* op, const CollectiveOptions& options,
-                  const CollBody& body) {
+void run_blocking(GroupState& g, const char* op, const CollectiveOptions& options, BodyRef body) {
   g.check_usable(op);
-  std::shared_ptr<CollQueue> q = coll_state(g).queue;
-  {
-    // Calls are ordered: earlier async collectives of this group finish first.
-    std::unique_lock<std::mutex> lk(q->mu);
-    q->cv.wait(lk, [&] { return q->tasks.empty() && !q->busy; });
-  }
-  execute(g, op, options, body);
+  blocking(g, coll_state(g), op, options, body);
 }
 
-std::shared_ptr<Work> run_collective(const std::shared_ptr<GroupState>& g, const char* op,
-                                     const CollectiveOptions& options, CollBody body) {
+std::shared_ptr<Work> run_collective_now(GroupState& g, const char* op,
+                                         const CollectiveOptions& options, BodyRef body) {
+  g.check_usable(op);
+  blocking(g, coll_state(g), op, options, body);
+  return done_work();
+}
+
+std::shared_ptr<Work> run_collective_async(const std::shared_ptr<GroupState>& g, const char* op,
+                                           const CollectiveOptions& options, CollBody body) {
   g->check_usable(op);
   CollState& cs = coll_state(*g);
   auto work = std::make_shared<CollWork>(op, g);
   std::shared_ptr<CollQueue> q = cs.queue;
-  if (!options.async_op) {
-    run_blocking(*g, op, options, body);
-    work->finish(nullptr);
-    return work;
-  }
+  cs.async_used.store(true, std::memory_order_release);
   std::lock_guard<std::mutex> lk(q->mu);
   if (q->stop)
     throw AbortedError(std::string(op) + " on group '" + g->info.name +
@@ -245,7 +267,7 @@ std::shared_ptr<Work> run_collective(const std::shared_ptr<GroupState>& g, const
   if (!cs.worker.joinable()) cs.worker = std::thread(worker_main, q);
   q->tasks.push_back([g, op, options, body = std::move(body), work] {
     try {
-      execute(*g, op, options, body);
+      execute(*g, coll_state(*g), op, options, BodyRef(body));
       work->finish(nullptr);
     } catch (...) {
       work->finish(std::current_exception());
@@ -256,9 +278,8 @@ std::shared_ptr<Work> run_collective(const std::shared_ptr<GroupState>& g, const
 }
 
 std::string last_algorithm(GroupState& g) {
-  CollState& cs = coll_state(g);
-  std::lock_guard<std::mutex> lk(cs.info_mu);
-  return cs.last_algorithm;
+  const char* a = coll_state(g).last_algorithm.load(std::memory_order_acquire);
+  return a ? a : "";
 }
 
 void shutdown_collectives(GroupState& g) {

@@ -4,6 +4,7 @@
 // calls run on the caller's thread once the earlier async calls have finished.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -35,6 +36,21 @@ struct CollContext {
 /// One collective: runs the operation and returns the name of the algorithm that ran.
 using CollBody = std::function<const char*(CollContext&)>;
 
+/// A body by reference, for calls that run it before returning (no allocation, no copy).
+class BodyRef {
+ public:
+  template <class F>
+  BodyRef(const F& f)  // NOLINT: implicit, like std::function_ref
+      : obj_(&f), call_([](const void* o, CollContext& c) -> const char* {
+          return (*static_cast<const F*>(o))(c);
+        }) {}
+  const char* operator()(CollContext& c) const { return call_(obj_, c); }
+
+ private:
+  const void* obj_;
+  const char* (*call_)(const void*, CollContext&);
+};
+
 /// The group's collective thread and queue (shared with the thread, which may outlive a
 /// group destroyed from inside a task).
 struct CollQueue {
@@ -58,8 +74,13 @@ struct CollState {
   std::unique_ptr<coll::shm::HostColl> host;
   std::shared_ptr<Store> host_store;
   std::string broken;  ///< why the group's collectives are unusable (a call failed mid-way)
-  std::mutex info_mu;
-  std::string last_algorithm;  ///< of the last collective that completed here
+  /// The algorithm of the last collective that completed here (catalogue names are static).
+  std::atomic<const char*> last_algorithm{nullptr};
+  /// The parts of every call's CollCall that stay (engine, store, hints, ...), set with the
+  /// hints; each call fills in its sequence number, operation and deadline (under run_mu).
+  CollCall call;
+  /// Set once an async call was queued: blocking calls then wait for the queue first.
+  std::atomic<bool> async_used{false};
   std::shared_ptr<CollQueue> queue = std::make_shared<CollQueue>();
   std::thread worker;
   std::shared_ptr<fr::Ring> ring;  ///< the flight recorder (pg/flight_recorder.h); null: off
@@ -71,13 +92,25 @@ struct CollState {
 /// The group's collective state (made on first use).
 CollState& coll_state(GroupState& g);
 
-/// Runs `body` as collective `op` of group `g` (blocking or async per `options`).
+/// Runs `body` now, on this thread, as collective `op` of `g` (after the group's earlier
+/// async calls); returns a completed Work or rethrows.
+std::shared_ptr<Work> run_collective_now(GroupState& g, const char* op,
+                                         const CollectiveOptions& options, BodyRef body);
+/// Queues `body` on the group's collective thread; returns its pending Work.
+std::shared_ptr<Work> run_collective_async(const std::shared_ptr<GroupState>& g, const char* op,
+                                           const CollectiveOptions& options, CollBody body);
+
+/// Runs `body` as collective `op` of group `g` (blocking or async per `options`). A blocking
+/// call neither copies nor allocates the body.
+template <class F>
 std::shared_ptr<Work> run_collective(const std::shared_ptr<GroupState>& g, const char* op,
-                                     const CollectiveOptions& options, CollBody body);
+                                     const CollectiveOptions& options, F&& body) {
+  if (!options.async_op) return run_collective_now(*g, op, options, BodyRef(body));
+  return run_collective_async(g, op, options, CollBody(std::forward<F>(body)));
+}
 
 /// The blocking form on a group the caller keeps alive (tpbench's binding); rethrows.
-void run_blocking(GroupState& g, const char* op, const CollectiveOptions& options,
-                  const CollBody& body);
+void run_blocking(GroupState& g, const char* op, const CollectiveOptions& options, BodyRef body);
 
 /// The algorithm the last completed collective of `g` ran ("" before any): for tests and
 /// tpbench.

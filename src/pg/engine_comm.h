@@ -64,7 +64,8 @@ const char* op_of_code(uint32_t code);
 
 class EngineComm : public coll::CollComm {
  public:
-  explicit EngineComm(CollCall call) : c_(std::move(call)) {
+  /// `call` outlives the EngineComm (the group's, updated per call under its run lock).
+  explicit EngineComm(const CollCall& call) : c_(call) {
     const uint32_t code = op_code(c_.op);
     if (c_.check_signature) sig_ = code << kSigShift;
     if (c_.ring) rec_ = c_.ring->begin(static_cast<uint8_t>(code), c_.seq, start_ns());
@@ -117,7 +118,7 @@ class EngineComm : public coll::CollComm {
   /// How often a long wait checks for lost members.
   static constexpr std::chrono::milliseconds kLostCheck{200};
 
-  CollCall c_;
+  const CollCall& c_;
   uint64_t posted_ = 0;
   fr::Entry* rec_ = nullptr;  ///< this call's flight recorder entry (null: off)
   uint32_t sig_ = 0;          ///< op_code(c_.op) << kSigShift | argument hash << 24

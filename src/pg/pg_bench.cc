@@ -3,6 +3,7 @@
 // timed call runs as one collective of the group (the same path as ProcessGroup's methods,
 // fast-path hook included); `sendrecv` uses the group's point-to-point.
 #include <cstring>
+#include <string_view>
 
 #include "bench/bench_comm.h"
 #include "collectives/collectives.h"
@@ -31,13 +32,12 @@ class PgBenchComm : public bench::BenchComm {
     return pg_->state().world->engine->transport_for(pg_->backend(), (rank() + 1) % size());
   }
 
-  std::string run(const bench::BenchCall& c) override {
-    const std::string name = c.op->name;
+  const char* run(const bench::BenchCall& c) override {
+    const std::string_view name = c.op->name;
     if (name == "sendrecv") return sendrecv(c);
-    CollectiveOptions po;
-    po.algorithm = c.algorithm;
-    std::string algo;
-    run_blocking(pg_->state(), name.c_str(), po, [&](CollContext& x) {
+    if (po_.algorithm != c.algorithm) po_.algorithm = c.algorithm;
+    const char* algo = "";
+    run_blocking(pg_->state(), c.op->name, po_, [&](CollContext& x) {
       const char* a = one(x, c);
       algo = a ? a : "";
       return a;
@@ -56,9 +56,10 @@ class PgBenchComm : public bench::BenchComm {
   }
 
  private:
+  CollectiveOptions po_;  // reused: no string copy per call
   // The call on the collective's communicator (buffer layouts as bench_runner.cc's).
   const char* one(CollContext& x, const bench::BenchCall& c) {
-    const std::string name = c.op->name;
+    const std::string_view name = c.op->name;
     const size_t p = c.shape.param, n = static_cast<size_t>(size());
     const int r = rank();
     coll::CommonOptions o;
@@ -105,11 +106,11 @@ class PgBenchComm : public bench::BenchComm {
       return coll::scatter(x.comm, {r == c.root ? view(c.send, p * n, c.dtype) : Tensor{},
                                     view(c.recv, p, c.dtype), c.root, o})
           .name;
-    throw InvalidArgument("tpbench: no such operation '" + name + "'");
+    throw InvalidArgument("tpbench: no such operation '" + std::string(name) + "'");
   }
 
   // Each rank sends to the next and receives from the previous (point-to-point path).
-  std::string sendrecv(const bench::BenchCall& c) {
+  const char* sendrecv(const bench::BenchCall& c) {
     const int r = rank(), n = size();
     const size_t elems = c.shape.param;
     if (n == 1) {
