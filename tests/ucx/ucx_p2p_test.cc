@@ -296,5 +296,55 @@ TEST(UcxFallback, MissingLibraryFallsBackWithAReason) {
   EXPECT_RANKS_OK(r);
 }
 
+// With a shared secret (TPCOMM_AUTH_SECRET) UCX is not used: its own connections cannot
+// prove the secret. "auto" falls back to an authenticated transport (saying why), and asking
+// for ucx by name fails with an error naming the secret.
+TEST(UcxFallback, SharedSecretKeepsUcxOut) {
+  if (!transport::has_transport("ucx")) GTEST_SKIP() << "this build has no UCX";
+  RunOptions o;
+  o.env = {{"TPCOMM_AUTH_SECRET", "s3cret-for-this-test"},
+           {"TPCOMM_TRANSPORT", "ucx,tcp"},
+           {"TPCOMM_DEBUG", "info"},
+           {"TPCOMM_DEBUG_SUBSYS", "p2p,topo"}};
+  auto r = run_ranks(
+      2,
+      [&](RankContext& c) {
+        std::string log = c.dir + "/rank" + std::to_string(c.rank) + ".log";
+        setenv("TPCOMM_DEBUG_FILE", log.c_str(), 1);
+        config::reload();
+        log::reload();
+        auto pg = make_world(c, "auto");
+        int32_t x = c.rank, y = -1;
+        auto rw = pg->irecv(Tensor::of(&y, 1), 1 - c.rank);
+        pg->send(Tensor::of(&x, 1), 1 - c.rank);
+        rw->wait();
+        EXPECT_EQ(y, 1 - c.rank);
+        pg->destroy();
+        std::ifstream f(log);
+        std::stringstream ss;
+        ss << f.rdbuf();
+        EXPECT_TRUE(contains(ss.str(), "TPCOMM_AUTH_SECRET is set and UCX's own connections "
+                                       "cannot prove it"))
+            << ss.str();
+        EXPECT_TRUE(contains(ss.str(), ": tcp")) << ss.str();
+        // By name: a clear error, no hang.
+        std::string err;
+        try {
+          InitOptions io;
+          io.backend = "ucx";
+          io.timeout = std::chrono::seconds(20);
+          auto u = ProcessGroup::create(std::make_shared<PrefixStore>("ucx-named", c.store), c.rank,
+                                        2, io);
+          int32_t z = 0;
+          u->send(Tensor::of(&z, 1), 1 - c.rank);
+        } catch (const Error& e) {
+          err = e.what();
+        }
+        EXPECT_TRUE(contains(err, "TPCOMM_AUTH_SECRET")) << err;
+      },
+      o);
+  EXPECT_RANKS_OK(r);
+}
+
 }  // namespace
 }  // namespace tpcomm::testing

@@ -1,5 +1,7 @@
 // Registration of the ucx transport: its TPCOMM_UCX_* variables and its factory.
+#include "core/auth.h"
 #include "core/config.h"
+#include "tpcomm/error.hpp"
 #include "tpcomm/transport/transport.hpp"
 #include "transports/ucx/ucx_transport.h"
 
@@ -57,6 +59,13 @@ namespace tpcomm::transport {
 void register_ucx_transport() {
   config::register_params(ucx::kParams);
   register_transport("ucx", [](const TransportContext& ctx) -> std::unique_ptr<Transport> {
+    // UCX makes its own connections (its wire-up), which cannot carry tpcomm's
+    // challenge-response: with a shared secret the job keeps to transports that prove it.
+    if (!auth::job_secret().empty())
+      throw NotSupportedError(
+          "ucx: TPCOMM_AUTH_SECRET is set and UCX's own connections cannot prove it (any process "
+          "that learns a worker address could send to this rank); tpcomm uses its "
+          "authenticated transports instead. Unset the secret to use UCX");
     return std::make_unique<ucx::UcxTransport>(ctx, ucx::Options::from_env());
   });
 }
