@@ -128,7 +128,8 @@ constexpr Param kParams[] = {
    "ConfigError messages list each op's algorithms. Unset: a cost model picks.", "collectives"},
   {"TPCOMM_CHECK_SIGNATURE", T::Bool, "1", "",
    "Collective signatures: each collective's message tags carry its operation code and a hash "
-   "of dtype, element count, root and reduce op, so that ranks calling different collectives "
+   "of dtype, element count, root and reduce op (on one host, shm_direct compares the calls "
+   "published beside its step counters), so that ranks calling different collectives "
    "fail with a MismatchError naming both calls instead of mixing data or hanging. 0: off "
    "(for measuring its cost).", "collectives"},
   {"TPCOMM_FLIGHT_RECORDER", T::Int, "2048", "0..16777216",

@@ -165,6 +165,8 @@ class Team {
   void set_deadline(Deadline dl) { dl_ = dl; }
   /// Starts a call: publishes what this rank called (s.call is set here) for its peers.
   void begin_call(const CallSig& s);
+  /// TPCOMM_CHECK_SIGNATURE: compare the peers' calls with ours (published either way).
+  void set_check_calls(bool on) { check_calls_ = on; }
   /// Set after a timeout: the phases of the ranks no longer agree.
   bool broken() const { return broken_; }
 
@@ -183,7 +185,7 @@ class Team {
   /// record of a later call proves nothing (a peer may run calls ahead, e.g. a reduce's
   /// non-root ranks, and the flag line keeps only the last kCallRing calls).
   void check_call(int r, uint64_t v, const CallSig& theirs) {
-    if (v <= call_base_ || checked_[r] == sig_.call) return;
+    if (!check_calls_ || v <= call_base_ || checked_[r] == sig_.call) return;
     checked_[r] = sig_.call;
     if (theirs.call > sig_.call) return;
     if (theirs.call != sig_.call || theirs.op != sig_.op || theirs.dtype != sig_.dtype ||
@@ -215,6 +217,7 @@ class Team {
   CallSig sig_;                  // the running call
   uint64_t call_base_ = 0;       // phase_ when it began: its steps are above
   uint32_t calls_begun_ = 0;
+  bool check_calls_ = true;
   std::vector<uint32_t> checked_;  // the call each peer was last checked in
   uint64_t buf_release_[kBuffers] = {0, 0, 0};
   uint64_t small_release_[2] = {0, 0};
