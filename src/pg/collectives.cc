@@ -108,6 +108,7 @@ std::shared_ptr<Work> ProcessGroup::all_to_all(const std::vector<Tensor>& output
                             std::to_string(input_list.size()) + " input and " +
                             std::to_string(output_list.size()) + " output tensors for a group of " +
                             std::to_string(n) + " ranks; pass one tensor per rank in each list");
+    if (n > 0) c.comm.sign(input_list[0].dtype, detail::kSignDTypeOnly, -1, -1);
     std::vector<int64_t> send(n), recv(n);
     for (int j = 0; j < n; ++j) {
       coll::check::tensor(input_list[j], "all_to_all", "input_list entry", c.comm.rank());
@@ -127,6 +128,7 @@ std::shared_ptr<Work> ProcessGroup::all_to_all_single(const Tensor& output, cons
   return detail::run_collective(state_, "all_to_all_single", o, [=](CollContext& c) {
     const char* op = "all_to_all_single";
     const int n = c.comm.size(), r = c.comm.rank();
+    c.comm.sign(input.dtype, detail::kSignDTypeOnly, -1, -1);
     coll::AllToAllArgs a{input, output, input_splits, output_splits, common(o)};
     if (input_splits.empty() && output_splits.empty()) return coll::all_to_all(c.comm, a).name;
     // Uneven: check locally, then agree on the byte counts before any data moves.

@@ -254,6 +254,7 @@ void EngineComm::on_failure(std::exception_ptr error) {
 }
 
 std::string EngineComm::signed_text() const {
+  if (signed_count_ == kSignDTypeOnly) return std::string("(") + dtype_name(signed_dtype_) + ")";
   if (signed_count_ < 0) return "";
   std::string t =
       std::string("(") + dtype_name(signed_dtype_) + "[" + std::to_string(signed_count_) + "] (" +

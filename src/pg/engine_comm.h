@@ -50,6 +50,9 @@ inline constexpr const char* kMismatchNotice = "MismatchError: ";
 
 /// Number of distinct sequence slots in the tags (bounds the engine's channel tables).
 inline constexpr uint64_t kSeqWindow = 8;
+/// sign()'s count for operations whose counts may differ per rank (all_to_all): only the
+/// dtype (with the operation) must agree.
+inline constexpr int64_t kSignDTypeOnly = -2;
 /// Largest algorithm tag the encoding holds.
 inline constexpr int kMaxAlgoTag = 0xFFFF;
 /// Bits 19..23 of the engine tag: the operation's code (op_code), so that the messages of

@@ -289,6 +289,42 @@ TEST(MismatchedCollectives, ListFormDifferentDType) {
   EXPECT_RANKS_OK(r);
 }
 
+// all_to_all_single with the same byte count but different dtypes (float32 against int32):
+// the dtype is in the signature (the counts may differ per rank there), so both ranks fail
+// with a MismatchError naming the dtypes instead of exchanging the bytes.
+TEST(MismatchedCollectives, AllToAllDifferentDType) {
+  auto r = run_ranks(
+      2,
+      [&](RankContext& c) {
+        auto pg = world(c, c.store, c.rank, 2, seconds(4));
+        std::vector<float> f(16, 1.0f), fo(16);
+        std::vector<int32_t> i(16, 1), io(16);
+        std::string err = "(no error)";
+        try {
+          if (c.rank == 0)
+            pg->all_to_all_single(Tensor::of(fo), Tensor::of(f));
+          else
+            pg->all_to_all_single(Tensor::of(io), Tensor::of(i));
+        } catch (const MismatchError& e) {
+          err = std::string("MismatchError: ") + e.what();
+        } catch (const Error& e) {
+          err = e.what();
+        }
+        EXPECT_TRUE(contains(err, "MismatchError: ")) << err;
+        EXPECT_TRUE(contains(err, "all_to_all_single #0")) << err;
+        c.store->set("err/" + std::to_string(c.rank), err);
+        c.store->wait({"err/0", "err/1"});
+        std::string all = c.store->get_string("err/0") + c.store->get_string("err/1");
+        // The rank that finds it names its own dtype (it has only the peer's hash).
+        EXPECT_TRUE(contains(all, "all_to_all_single(int32)") ||
+                    contains(all, "all_to_all_single(float32)"))
+            << all;
+        pg->destroy();
+      },
+      per_host());
+  EXPECT_RANKS_OK(r);
+}
+
 // One rank never calls: the others' all_reduce times out; the errors name the operation,
 // its sequence number, and between them the rank that never came.
 TEST(MissingRank, TimeoutNamesOperationSequenceAndRank) {
