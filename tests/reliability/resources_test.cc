@@ -112,6 +112,44 @@ TEST_P(Resources, SubgroupCreateDestroyCyclesLeakNothing) {
 INSTANTIATE_TEST_SUITE_P(Backends, Resources, ::testing::Values("shm", "tcp"),
                          [](const auto& info) { return info.param; });
 
+// A process group dropped without destroy() while one of its receives is still pending (its
+// Work dropped too): the pending operation does not keep the group alive (no cycle through
+// the engine), so the engine shuts down at once and its progress thread goes, and a message
+// arriving afterwards crashes nothing.
+TEST(Resources, DroppedGroupWithAPendingReceiveIsReleased) {
+  auto res = run_ranks(2, [](RankContext& c) {
+    InitOptions o;
+    o.backend = "shm";
+    o.timeout = std::chrono::seconds(30);
+    if (c.rank == 1) {
+      int before = threads();
+      int32_t in = -1;
+      {
+        auto pg = ProcessGroup::create(c.store, c.rank, c.world_size, o);
+        ping(*pg);
+        pg->irecv(Tensor::of(&in, 1), 0, 5);  // Work dropped at once; never matched here
+      }
+      // Everything of the group is gone: the engine's threads were joined.
+      EXPECT_LE(threads(), before) << "the dropped group's threads are still running";
+      c.store->set("dropped", "1");
+      c.store->get("sent");
+      EXPECT_EQ(in, -1);  // the aborted receive never wrote into the buffer
+    } else {
+      auto pg = ProcessGroup::create(c.store, c.rank, c.world_size, o);
+      ping(*pg);
+      c.store->get("dropped");
+      int32_t out = 42;
+      try {
+        pg->send(Tensor::of(&out, 1), 1, 5);  // the peer's engine is gone: may fail, must not hang
+      } catch (const Error&) {
+      }
+      c.store->set("sent", "1");
+      pg->destroy();
+    }
+  });
+  EXPECT_RANKS_OK(res);
+}
+
 TEST(Resources, TenThousandOutstandingIsendsStayBounded) {
   auto res = run_ranks(2, [](RankContext& c) {
     InitOptions o;
