@@ -261,6 +261,26 @@ TEST(UcxUnit, BadAddressesAndRanges) {
                        "exceeds max_message"));
 }
 
+// One exchange with the other rank over backend "auto", logging the link choice to a file:
+// returns the log.
+std::string exchange_logging_links(RankContext& c) {
+  std::string path = c.dir + "/rank" + std::to_string(c.rank) + ".log";
+  setenv("TPCOMM_DEBUG_FILE", path.c_str(), 1);
+  config::reload();
+  log::reload();
+  auto pg = make_world(c, "auto");
+  int32_t x = c.rank, y = -1;
+  auto rw = pg->irecv(Tensor::of(&y, 1), 1 - c.rank);
+  pg->send(Tensor::of(&x, 1), 1 - c.rank);
+  rw->wait();
+  EXPECT_EQ(y, 1 - c.rank);
+  pg->destroy();
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
 // UCX missing at run time: the transport reports why and "auto" falls back to another.
 TEST(UcxFallback, MissingLibraryFallsBackWithAReason) {
   if (!transport::has_transport("ucx")) GTEST_SKIP() << "this build has no UCX";
@@ -272,25 +292,12 @@ TEST(UcxFallback, MissingLibraryFallsBackWithAReason) {
   auto r = run_ranks(
       2,
       [&](RankContext& c) {
-        std::string log = c.dir + "/rank" + std::to_string(c.rank) + ".log";
-        setenv("TPCOMM_DEBUG_FILE", log.c_str(), 1);
-        config::reload();
-        log::reload();
-        auto pg = make_world(c, "auto");
-        int32_t x = c.rank, y = -1;
-        auto rw = pg->irecv(Tensor::of(&y, 1), 1 - c.rank);
-        pg->send(Tensor::of(&x, 1), 1 - c.rank);
-        rw->wait();
-        EXPECT_EQ(y, 1 - c.rank);
-        pg->destroy();
-        std::ifstream f(log);
-        std::stringstream ss;
-        ss << f.rdbuf();
-        EXPECT_TRUE(contains(ss.str(),
+        std::string log = exchange_logging_links(c);
+        EXPECT_TRUE(contains(log,
                              "transport ucx unavailable: ucx transport: cannot load "
                              "UCX library 'libucp-missing.so.0'"))
-            << ss.str();
-        EXPECT_TRUE(contains(ss.str(), ": tcp")) << ss.str();
+            << log;
+        EXPECT_TRUE(contains(log, ": tcp")) << log;
       },
       o);
   EXPECT_RANKS_OK(r);
@@ -309,24 +316,12 @@ TEST(UcxFallback, SharedSecretKeepsUcxOut) {
   auto r = run_ranks(
       2,
       [&](RankContext& c) {
-        std::string log = c.dir + "/rank" + std::to_string(c.rank) + ".log";
-        setenv("TPCOMM_DEBUG_FILE", log.c_str(), 1);
-        config::reload();
-        log::reload();
-        auto pg = make_world(c, "auto");
-        int32_t x = c.rank, y = -1;
-        auto rw = pg->irecv(Tensor::of(&y, 1), 1 - c.rank);
-        pg->send(Tensor::of(&x, 1), 1 - c.rank);
-        rw->wait();
-        EXPECT_EQ(y, 1 - c.rank);
-        pg->destroy();
-        std::ifstream f(log);
-        std::stringstream ss;
-        ss << f.rdbuf();
-        EXPECT_TRUE(contains(ss.str(), "TPCOMM_AUTH_SECRET is set and UCX's own connections "
-                                       "cannot prove it"))
-            << ss.str();
-        EXPECT_TRUE(contains(ss.str(), ": tcp")) << ss.str();
+        std::string log = exchange_logging_links(c);
+        EXPECT_TRUE(contains(log,
+                             "TPCOMM_AUTH_SECRET is set and UCX's own connections "
+                             "cannot prove it"))
+            << log;
+        EXPECT_TRUE(contains(log, ": tcp")) << log;
         // By name: a clear error, no hang.
         std::string err;
         try {

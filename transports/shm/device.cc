@@ -16,9 +16,9 @@
 #include <cstddef>
 #include <cstring>
 
+#include "core/cross_memory.h"
 #include "core/log.h"
 #include "tpcomm/error.hpp"
-#include "transports/shm/cma.h"
 #include "transports/shm/segment.h"
 
 namespace tpcomm::transport::shm {
@@ -95,7 +95,7 @@ ShmTransport::ShmTransport(const TransportContext& ctx, const Settings& settings
     throw TransportError(std::string("shm: epoll_create1: ") + std::strerror(errno));
   }
   watch(listener_.get(), kTagListener);
-  if (cfg_.cma) allow_cross_memory_access();
+  if (cfg_.cma) xmem::allow_cross_memory_access();
   TPLOG(INFO, SHM) << "shm: rank " << ctx_.rank << " listening on @" << socket_name_ << " (ring "
                    << format_bytes(cfg_.ring_bytes) << ", max message " << cfg_.max_message
                    << " bytes, cross-memory puts " << (cfg_.cma ? "on" : "off") << ")";
@@ -260,7 +260,7 @@ void ShmTransport::try_connect(ShmEndpoint& ep) {
                      << ": puts copy through the ring (TPCOMM_SHM_CMA=0)";
     return;
   }
-  std::string why = probe_cross_memory(ep.pid_, ep.info_.probe_addr, ep.info_.probe_cookie);
+  std::string why = xmem::probe_cross_memory(ep.pid_, ep.info_.probe_addr, ep.info_.probe_cookie);
   ep.cma_ = why.empty();
   if (ep.cma_) {
     TPLOG(INFO, SHM) << "shm: rank " << ctx_.rank << " -> " << ep.who()

@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/cross_memory.h"
 #include "core/log.h"
-#include "transports/shm/cma.h"
 #include "transports/shm/device.h"
 #include "transports/shm/memory_region.h"
 
@@ -119,7 +119,7 @@ void ShmEndpoint::advance_puts() {
       if (budget == 0) break;
       if (cma_) {
         size_t n = std::min(op.remaining, budget);
-        int err = cross_memory_write(pid_, op.src, op.dst_addr, n);
+        int err = xmem::cross_memory_write(pid_, op.src, op.dst_addr, n);
         if (err != 0) {
           t_.fail(*this, "shm: put of " + std::to_string(op.length) + " bytes to " + who() +
                              " failed: process_vm_writev: " + std::strerror(err) +
@@ -288,7 +288,7 @@ void ShmEndpoint::advance_shared(PutOp& op, size_t& budget) {
     }
     uint64_t off = uint64_t(i) * ps.chunk_bytes;
     size_t n = static_cast<size_t>(std::min<uint64_t>(ps.chunk_bytes, op.length - off));
-    int err = cross_memory_write(pid_, op.src + off, op.dst_addr + off, n);
+    int err = xmem::cross_memory_write(pid_, op.src + off, op.dst_addr + off, n);
     if (err != 0) {
       t_.fail(*this, "shm: put of " + std::to_string(op.length) + " bytes to " + who() +
                          " failed: process_vm_writev: " + std::strerror(err));
@@ -350,7 +350,7 @@ int ShmEndpoint::help(EventSink& sink) {
     }
     uint64_t off = uint64_t(i) * h.chunk_bytes;
     size_t n = static_cast<size_t>(std::min<uint64_t>(h.chunk_bytes, h.length - off));
-    int err = cross_memory_read(pid_, h.dst + off, h.src + off, n);
+    int err = xmem::cross_memory_read(pid_, h.dst + off, h.src + off, n);
     if (err != 0) {
       t_.fail(*this, "shm: pulling " + std::to_string(n) + " bytes of a put from " + who() +
                          " failed: process_vm_readv: " + std::strerror(err));

@@ -6,7 +6,7 @@
 #include <cstring>
 
 #include "collectives/shm/algos.h"
-#include "collectives/shm/cross_read.h"
+#include "core/cross_memory.h"
 #include "tpcomm/error.hpp"
 
 namespace tpcomm::coll::shm {
@@ -26,7 +26,8 @@ void allgather_cross(Team& t, const uint8_t* in, uint8_t* out, size_t m, bool in
   for (int i = 1; i < n && err == 0; ++i) {
     const int r = (me + i) % n;
     t.wait_peer(r, v, kOp);
-    err = cross_read(static_cast<pid_t>(t.pid(r)), out + r * m, t.desc(r, h)->addr, m, kCrossPiece);
+    err = xmem::cross_memory_read(static_cast<pid_t>(t.pid(r)), out + r * m, t.desc(r, h)->addr, m,
+                                  kCrossPiece);
     if (err != 0) failed = r;
   }
   // Our input may be reused once every peer has read it.

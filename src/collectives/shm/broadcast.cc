@@ -14,7 +14,7 @@
 #include <cstring>
 
 #include "collectives/shm/algos.h"
-#include "collectives/shm/cross_read.h"
+#include "core/cross_memory.h"
 #include "tpcomm/error.hpp"
 
 namespace tpcomm::coll::shm {
@@ -89,7 +89,8 @@ void broadcast_shm(Team& t, void* data_v, const void* src_v, size_t bytes, int r
       if (is_root) {
         if (root_copies) copy_out(data, src, bytes, stream);
       } else {
-        err = cross_read(static_cast<pid_t>(t.pid(root)), data, addr, bytes, kCrossPiece);
+        err = xmem::cross_memory_read(static_cast<pid_t>(t.pid(root)), data, addr, bytes,
+                                      kCrossPiece);
       }
       break;
     }
@@ -104,7 +105,8 @@ void broadcast_shm(Team& t, void* data_v, const void* src_v, size_t bytes, int r
       if (is_root) {
         copy_out(data + off, src + off, d, stream);
       } else if (err == 0) {
-        err = cross_read(static_cast<pid_t>(t.pid(root)), data + off, addr + off, d, kCrossPiece);
+        err = xmem::cross_memory_read(static_cast<pid_t>(t.pid(root)), data + off, addr + off, d,
+                                      kCrossPiece);
       }
       off += d;
     }

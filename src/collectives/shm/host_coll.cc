@@ -12,11 +12,11 @@
 
 #include "collectives/shm/algos.h"
 #include "collectives/shm/catalogue.h"
-#include "collectives/shm/cross_read.h"
 #include "collectives/shm/segment.h"
 #include "collectives/shm/team.h"
 #include "collectives/util.h"
 #include "core/config.h"
+#include "core/cross_memory.h"
 #include "core/log.h"
 #include "tpcomm/error.hpp"
 
@@ -97,7 +97,7 @@ std::unique_ptr<HostColl> HostColl::create(Store& store, int rank, int size, Dea
   const int spin = static_cast<int>(config::get_int("TPCOMM_SHM_COLL_SPIN_US"));
   const std::string cross_cfg = config::get_enum("TPCOMM_SHM_COLL_CMA");
   const int cross_mode = cross_cfg == "off" ? 0 : cross_cfg == "on" ? 2 : 1;
-  if (cross_mode != 0) allow_cross_reads();
+  if (cross_mode != 0) xmem::allow_cross_memory_access();
   const size_t bytes = kStagingOffset + staging;
   std::unique_ptr<HostColl> hc(new HostColl());
   hc->segments_.resize(static_cast<size_t>(size));
@@ -164,8 +164,8 @@ std::unique_ptr<HostColl> HostColl::create(Store& store, int rank, int size, Dea
         } else {
           hc->segments_[static_cast<size_t>(r)] = std::move(seg);
           if (cross.empty()) {
-            std::string why = probe_cross_read(static_cast<pid_t>(s.pid),
-                                               s.addr + offsetof(SegHeader, nonce), s.nonce);
+            std::string why = xmem::probe_cross_memory(
+                static_cast<pid_t>(s.pid), s.addr + offsetof(SegHeader, nonce), s.nonce);
             if (!why.empty())
               cross = "rank " + std::to_string(rank) + " cannot read " + who + ": " + why;
           }

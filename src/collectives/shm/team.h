@@ -70,7 +70,7 @@ struct alignas(kLine) SmallSlot {
 inline constexpr size_t kSmallHeader = 8 + sizeof(CallSig);
 
 /// What an owner tells the readers of a chunked step (one per staging buffer, protected like
-/// the buffer): whether they read its own buffer at `addr` directly (cross_read.h) rather
+/// the buffer): whether they read its own buffer at `addr` directly (core/cross_memory.h) rather
 /// than its staging.
 struct alignas(kLine) StepDesc {
   uint64_t addr;
