@@ -9,10 +9,12 @@
 // bw_GBps: unidirectional bandwidth: rank 0 isends a window of messages, rank 1 irecvs them
 // and answers with 8 bytes; bytes / time, median of several samples (1 GB = 1e9 B).
 // memcpy_GBps: single-thread memcpy of the same size on this machine, for reference.
+// --thp: every buffer (the memcpy reference's too) on transparent huge pages.
 // --stream W: bandwidth only, measured like ucx_perftest's tag_bw (a sliding window of W
 // sends in flight, the receiver keeping W receives posted; a new one is posted as soon as the
 // oldest completes), so that the two compare like with like (bench/ucx_compare.sh).
 #include <sched.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -21,6 +23,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -40,6 +43,52 @@ struct Args {
   bool pin = false;      // rank r on CPU r (less migration noise on a shared machine)
   double seconds = 0.2;  // target time per measurement
   int stream = 0;        // > 0: bandwidth only, sliding window of this many messages
+  bool thp = false;      // buffers on transparent huge pages (as large-tensor allocators do)
+};
+
+// A page-aligned buffer from mmap; with `thp`, 2 MiB aligned and advised MADV_HUGEPAGE (what
+// a framework's allocator does for large tensors, e.g. PyTorch with THP_MEM_ALLOC_ENABLE=1).
+// The memcpy reference uses the same kind of buffer as the transfers.
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(size_t bytes, uint8_t fill, bool thp) {
+    constexpr size_t kHuge = 2u << 20;
+    size_ = std::max<size_t>(bytes, 1);
+    map_len_ = size_ + (thp ? kHuge : 0);
+    void* p = mmap(nullptr, map_len_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::runtime_error("p2p_bench: mmap of a buffer failed");
+    map_ = static_cast<uint8_t*>(p);
+    data_ = map_;
+    if (thp) {
+      data_ = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(map_) + kHuge - 1) &
+                                         ~uintptr_t(kHuge - 1));
+      madvise(data_, size_, MADV_HUGEPAGE);
+    }
+    std::memset(data_, fill, size_);
+  }
+  Buffer(Buffer&& o) noexcept { swap(o); }
+  Buffer& operator=(Buffer&& o) noexcept {
+    swap(o);
+    return *this;
+  }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  ~Buffer() {
+    if (map_) munmap(map_, map_len_);
+  }
+  uint8_t* data() const { return data_; }
+
+ private:
+  void swap(Buffer& o) {
+    std::swap(map_, o.map_);
+    std::swap(data_, o.data_);
+    std::swap(size_, o.size_);
+    std::swap(map_len_, o.map_len_);
+  }
+  uint8_t* map_ = nullptr;
+  uint8_t* data_ = nullptr;
+  size_t size_ = 0, map_len_ = 0;
 };
 
 double median(std::vector<double> v) {
@@ -58,8 +107,8 @@ std::string human(size_t b) {
   return buf;
 }
 
-double memcpy_gbps(size_t bytes) {
-  std::vector<uint8_t> a(bytes, 1), b(bytes, 2);
+double memcpy_gbps(size_t bytes, bool thp) {
+  Buffer a(bytes, 1, thp), b(bytes, 2, thp);
   int reps = static_cast<int>(std::max<size_t>(3, (256u << 20) / std::max<size_t>(bytes, 1)));
   reps = std::min(reps, 100000);
   std::vector<double> t;
@@ -78,7 +127,7 @@ double memcpy_gbps(size_t bytes) {
 // tag_bw); both sides wait for their oldest operation before posting the next. Returns GB/s
 // on rank 0 (after the receiver's ack), 0 on rank 1.
 double stream_bw(ProcessGroup& pg, int rank, size_t bytes, int window, int count,
-                 std::vector<uint8_t>& sbuf, std::vector<std::vector<uint8_t>>& rbufs) {
+                 const Buffer& sbuf, const std::vector<Buffer>& rbufs) {
   int peer = 1 - rank;
   int64_t ack = 0;
   pg.send(Tensor::of(&ack, 1), peer, 1);  // both sides: line up
@@ -111,17 +160,16 @@ void run_rank(int rank, const std::string& dir, const std::string& transport, co
   o.backend = transport;
   auto pg = ProcessGroup::create(store, rank, 2, o);
   int peer = 1 - rank;
-  std::vector<uint8_t> buf(a.max), buf2(a.max);
-  std::fill(buf.begin(), buf.end(), 1);
-  std::fill(buf2.begin(), buf2.end(), 2);
+  Buffer buf(a.max, 1, a.thp), buf2(a.max, 2, a.thp);
   int64_t ack = 0;
-  std::vector<std::vector<uint8_t>> rbufs;
+  std::vector<Buffer> rbufs;
   if (rank == 0 && !a.csv) {
     std::printf("\n%s transport (2 ranks, tpcomm ProcessGroup send/recv)\n", transport.c_str());
     std::printf("%12s %12s %12s %12s\n", "size", "lat_us", "bw_GBps", "memcpy_GBps");
   }
   if (a.stream > 0) {
-    while (rank == 1 && static_cast<int>(rbufs.size()) < a.stream) rbufs.emplace_back(a.max, 0);
+    while (rank == 1 && static_cast<int>(rbufs.size()) < a.stream)
+      rbufs.emplace_back(a.max, 0, a.thp);
     for (size_t bytes = a.min; bytes <= a.max; bytes *= 2) {
       // About 0.25 s of data at 4 GB/s per sample, at least 2 windows; median of 5 samples.
       int count = static_cast<int>(std::max<size_t>(2 * a.stream, (1ull << 30) / bytes));
@@ -163,7 +211,8 @@ void run_rank(int rank, const std::string& dir, const std::string& transport, co
     // Bandwidth: a window of messages one way, then an ack.
     int window = bytes <= 65536 ? 64 : bytes <= (4u << 20) ? 16 : bytes <= (32u << 20) ? 4 : 2;
     // Receives in flight together need their own buffers.
-    while (rank == 1 && static_cast<int>(rbufs.size()) < window) rbufs.emplace_back(a.max, 0);
+    while (rank == 1 && static_cast<int>(rbufs.size()) < window)
+      rbufs.emplace_back(a.max, 0, a.thp);
     int rounds = bytes <= (1u << 20) ? 20 : bytes <= (32u << 20) ? 4 : 2;
     std::vector<double> bw;
     std::vector<std::shared_ptr<Work>> works(window);
@@ -187,7 +236,7 @@ void run_rank(int rank, const std::string& dir, const std::string& transport, co
       bw.push_back(static_cast<double>(bytes) * window * rounds / sec / 1e9);
     }
     if (rank == 0) {
-      double mc = memcpy_gbps(bytes);
+      double mc = memcpy_gbps(bytes, a.thp);
       if (a.csv)
         std::printf("%s,%zu,%.3f,%.3f,%.3f\n", transport.c_str(), bytes, lat, median(bw), mc);
       else
@@ -215,12 +264,14 @@ int main(int argc, char** argv) {
       a.csv = true;
     } else if (s == "--pin") {
       a.pin = true;
+    } else if (s == "--thp") {
+      a.thp = true;
     } else if (s == "--stream") {
       a.stream = std::max(1, std::atoi(next().c_str()));
     } else {
       std::fprintf(stderr,
                    "usage: %s [--transport tcp|shm]... [--min 8] [--max 256M] [--csv] [--pin] "
-                   "[--stream WINDOW]\n",
+                   "[--stream WINDOW] [--thp]\n",
                    argv[0]);
       return 2;
     }

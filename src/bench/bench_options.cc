@@ -66,6 +66,8 @@ std::string bench_usage() {
          "      --json             JSON instead of the table\n"
          "      --csv              CSV instead of the table\n"
          "      --threads N        run N ranks as threads of this process (no tprun)\n"
+         "      --thp 0|1          buffers on transparent huge pages (default 0: 4 KiB pages,\n"
+         "                         as a plain allocator gives)\n"
          "  -h, --help             this text\n"
          "Columns: size (B), count (elements), type, redop, root, then for out-of-place and\n"
          "in-place: time (us, the slowest rank's mean), algbw = size / time (GB/s), busbw =\n"
@@ -120,7 +122,8 @@ BenchOptions parse_bench_args(const std::vector<std::string>& args) {
                                           "-t",
                                           "--transport",
                                           "--slice",
-                                          "--threads"};
+                                          "--threads",
+                                          "--thp"};
     bool known = false;
     for (const char* k : kValued) known = known || flag == k;
     if (!known) {
@@ -199,6 +202,8 @@ BenchOptions parse_bench_args(const std::vector<std::string>& args) {
       o.slice_bytes = size_value(flag, value);
     } else if (is("--threads", "--threads")) {
       o.threads = static_cast<int>(int_value(flag, value, 1, 1024));
+    } else if (is("--thp", "--thp")) {
+      o.thp = int_value(flag, value, 0, 1) == 1;
     }
   }
   if (o.min_bytes > o.max_bytes) {

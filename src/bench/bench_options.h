@@ -30,6 +30,7 @@ struct BenchOptions {
   bool json = false;                               ///< --json
   bool csv = false;                                ///< --csv
   int threads = 0;    ///< --threads N: N ranks as threads of this process
+  bool thp = false;   ///< --thp 0|1: buffers on transparent huge pages
   bool help = false;  ///< -h
 };
 

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <vector>
 
+#include "bench/bench_buffer.h"
 #include "collectives/select.h"
 #include "tpcomm/error.hpp"
 
@@ -200,8 +201,8 @@ SweepResult run_sweep(BenchComm& bc, const BenchOptions& o) {
           BenchCall call;
           call.op = &d;
           call.shape = d.shape(bytes, es, n, r, o.root);
-          std::vector<uint8_t> send(std::max<size_t>(call.shape.send_elems * es, 1));
-          std::vector<uint8_t> recv(std::max<size_t>(call.shape.recv_elems * es, 1));
+          BenchBuffer send(call.shape.send_elems * es, o.thp);
+          BenchBuffer recv(call.shape.recv_elems * es, o.thp);
           call.send = send.data();
           call.recv = recv.data();
           call.dtype = dt;

@@ -43,7 +43,7 @@ TEST(TpbenchArgs, DefaultsAreASensibleSweep) {
   EXPECT_EQ(o.iters, 20);
   EXPECT_EQ(o.warmup, 5);
   EXPECT_TRUE(o.check);
-  EXPECT_FALSE(o.json || o.csv || o.help);
+  EXPECT_FALSE(o.json || o.csv || o.help || o.thp);
 }
 
 TEST(TpbenchArgs, EveryFlagShortAndLong) {
@@ -61,6 +61,7 @@ TEST(TpbenchArgs, EveryFlagShortAndLong) {
                           "-t",        "tcp",
                           "--slice",   "64K",
                           "--threads", "3",
+                          "--thp",     "1",
                           "--json"});
   EXPECT_EQ(o.min_bytes, 1024u);
   EXPECT_EQ(o.max_bytes, 4u << 20);
@@ -76,6 +77,7 @@ TEST(TpbenchArgs, EveryFlagShortAndLong) {
   EXPECT_EQ(o.transport, "tcp");
   EXPECT_EQ(o.slice_bytes, 64u << 10);
   EXPECT_EQ(o.threads, 3);
+  EXPECT_TRUE(o.thp);
   EXPECT_TRUE(o.json);
   o = parse({"--minbytes=16", "--maxbytes", "32", "--stepbytes=8", "--op=all", "--datatype=all",
              "--redop=all", "--iters=2", "--warmup_iters=0", "--check=1", "--csv", "-h"});
@@ -100,6 +102,7 @@ TEST(TpbenchArgs, ErrorsNameTheFlagAndWhatItTakes) {
   EXPECT_HAS(parse_error({"--redop", "mean"}), "bad value 'mean' for --redop");
   EXPECT_HAS(parse_error({"-n", "0"}), "bad value '0' for -n: an integer in [1,");
   EXPECT_HAS(parse_error({"-c", "2"}), "bad value '2' for -c");
+  EXPECT_HAS(parse_error({"--thp", "yes"}), "bad value 'yes' for --thp");
   EXPECT_HAS(parse_error({"-b", "1M", "-e", "1K"}), "-b 1048576 is larger than -e 1024");
   EXPECT_HAS(parse_error({"--json", "--csv"}), "choose one of --json and --csv");
   EXPECT_HAS(bench_usage(), "-b, --minbytes");
@@ -234,6 +237,15 @@ TEST(TpbenchRun, EveryOperationChecksCleanOverThreeRanks) {
   for (const OpDesc& d : bench_ops()) EXPECT_HAS(text, std::string("# ") + d.name + "\n");
   EXPECT_HAS(text, "# Out of bounds values : 0 OK");
   EXPECT_HAS(text, "# Avg bus bandwidth");
+}
+
+// Buffers on transparent huge pages (2 MiB aligned, advised) give the same clean results,
+// across the 2 MiB boundary of the buffers too.
+TEST(TpbenchRun, HugePageBuffersCheckClean) {
+  auto [rc, text] = tpbench({"--threads", "2", "--thp", "1", "-o", "allreduce,allgather,broadcast",
+                             "-b", "1M", "-e", "4M", "-f", "4", "-n", "2", "-w", "1"});
+  EXPECT_EQ(rc, 0) << text;
+  EXPECT_HAS(text, "# Out of bounds values : 0 OK");
 }
 
 TEST(TpbenchRun, EveryDtypeAndReductionChecksClean) {

@@ -1,0 +1,39 @@
+#include "bench/bench_buffer.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+#include "tpcomm/error.hpp"
+
+namespace tpcomm::bench {
+
+namespace {
+constexpr size_t kHuge = size_t{2} << 20;
+}  // namespace
+
+BenchBuffer::BenchBuffer(size_t bytes, bool thp) {
+  bytes = std::max<size_t>(bytes, 1);
+  map_len_ = bytes + (thp ? kHuge : 0);
+  void* p = mmap(nullptr, map_len_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) {
+    throw Error("tpbench: cannot allocate a " + std::to_string(bytes) +
+                "-byte buffer: mmap: " + std::strerror(errno));
+  }
+  map_ = static_cast<uint8_t*>(p);
+  data_ = map_;
+  if (thp) {
+    data_ = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(map_) + kHuge - 1) &
+                                       ~uintptr_t{kHuge - 1});
+    madvise(data_, bytes, MADV_HUGEPAGE);  // advice only: small pages when refused
+  }
+}
+
+BenchBuffer::~BenchBuffer() {
+  if (map_) munmap(map_, map_len_);
+}
+
+}  // namespace tpcomm::bench
