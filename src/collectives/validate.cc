@@ -44,9 +44,8 @@ void same_dtype(const Tensor& a, const char* a_name, const Tensor& b, const char
                         "; pass tensors of one dtype");
 }
 
-void numel(const Tensor& t, const char* what, int64_t expected, const std::string& rule,
-           const char* op, int rank) {
-  if (t.numel == expected) return;
+void numel_mismatch(const Tensor& t, const char* what, int64_t expected, const std::string& rule,
+                    const char* op, int rank) {
   std::ostringstream os;
   os << where(op, rank) << what << " has " << t.numel << " elements but must have " << expected
      << " (" << rule << ")";

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "tpcomm/types.hpp"
@@ -19,9 +20,21 @@ void tensor(const Tensor& t, const char* op, const char* what, int rank);
 void same_dtype(const Tensor& a, const char* a_name, const Tensor& b, const char* b_name,
                 const char* op, int rank);
 
-/// t.numel == expected; `rule` explains the expectation ("group size 3 x input 4").
-void numel(const Tensor& t, const char* what, int64_t expected, const std::string& rule,
-           const char* op, int rank);
+/// Throws the InvalidArgument of numel() (t.numel != expected).
+[[noreturn]] void numel_mismatch(const Tensor& t, const char* what, int64_t expected,
+                                 const std::string& rule, const char* op, int rank);
+
+/// t.numel == expected; `rule` explains the expectation ("group size 3 x input 4"): a string,
+/// or a callable that makes it, so that the check itself costs no allocation.
+template <class Rule>
+inline void numel(const Tensor& t, const char* what, int64_t expected, Rule&& rule, const char* op,
+                  int rank) {
+  if (t.numel == expected) return;
+  if constexpr (std::is_invocable_v<Rule>)
+    numel_mismatch(t, what, expected, std::string(rule()), op, rank);
+  else
+    numel_mismatch(t, what, expected, std::string(rule), op, rank);
+}
 
 /// 0 <= root < size.
 void root(int root, int size, const char* op, int rank);

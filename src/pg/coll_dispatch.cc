@@ -54,8 +54,9 @@ void check_all_gather(const CollContext& c, const coll::AllGatherArgs& a) {
   coll::check::tensor(a.input, op, "input", r);
   coll::check::tensor(a.output, op, "output", r);
   coll::check::same_dtype(a.input, "input", a.output, "output", op, r);
-  coll::check::numel(a.output, "output", a.input.numel * n,
-                     "group size " + std::to_string(n) + " x the input's element count", op, r);
+  coll::check::numel(
+      a.output, "output", a.input.numel * n,
+      [&] { return "group size " + std::to_string(n) + " x the input's element count"; }, op, r);
 }
 
 void check_reduce_scatter(const CollContext& c, const coll::ReduceScatterArgs& a) {
@@ -64,8 +65,9 @@ void check_reduce_scatter(const CollContext& c, const coll::ReduceScatterArgs& a
   coll::check::tensor(a.input, op, "input", r);
   coll::check::tensor(a.output, op, "output", r);
   coll::check::same_dtype(a.input, "input", a.output, "output", op, r);
-  coll::check::numel(a.input, "input", a.output.numel * n,
-                     "group size " + std::to_string(n) + " x the output's element count", op, r);
+  coll::check::numel(
+      a.input, "input", a.output.numel * n,
+      [&] { return "group size " + std::to_string(n) + " x the output's element count"; }, op, r);
   coll::check::reduce_op(a.op, a.input.dtype, op, r);
 }
 

@@ -151,9 +151,12 @@ void execute(GroupState& g, CollState& cs, const char* op, const CollectiveOptio
   // Per call: no allocation, no reference count (the latency of small collectives).
   call.seq = cs.seq++;
   const uint64_t seq = call.seq;
-  call.op = op;
+  if (call.op != op) {  // a string literal: the same pointer on every call of an operation
+    call.op = op;
+    call.opcode = op_code(op);
+  }
   auto timeout = o.timeout.count() > 0 ? o.timeout : g.timeout;
-  call.deadline = Deadline::after(timeout);
+  call.deadline = Deadline::after_coarse(timeout);
   call.timeout = timeout;
   EngineComm comm(call);
   CollContext ctx{comm, cs.host.get()};
@@ -225,6 +228,7 @@ CollState::~CollState() {
 }
 
 CollState& coll_state(GroupState& g) {
+  if (CollState* p = g.coll_ptr.load(std::memory_order_acquire)) return *p;
   std::lock_guard<std::mutex> lk(g.coll_mu);
   if (!g.coll) {
     auto cs = std::make_shared<CollState>();
@@ -237,6 +241,7 @@ CollState& coll_state(GroupState& g) {
                               g.info.ranks, g.world.get()});
     cs->check_signature = config::get_bool("TPCOMM_CHECK_SIGNATURE");
     g.coll = cs;
+    g.coll_ptr.store(cs.get(), std::memory_order_release);
   }
   return *g.coll;
 }

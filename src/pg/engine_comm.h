@@ -29,6 +29,7 @@ struct CollCall {
   int rank = 0;                          ///< group rank
   uint64_t seq = 0;                      ///< per-group collective sequence number
   const char* op = "";                   ///< "all_reduce", ... (for messages)
+  uint32_t opcode = 0;                   ///< op_code(op); 0: computed per call
   Deadline deadline;                     ///< the whole call's
   std::chrono::milliseconds timeout{0};  ///< the deadline's length (start = deadline - it)
   coll::TransportHints hints;
@@ -69,7 +70,7 @@ class EngineComm : public coll::CollComm {
  public:
   /// `call` outlives the EngineComm (the group's, updated per call under its run lock).
   explicit EngineComm(const CollCall& call) : c_(call) {
-    const uint32_t code = op_code(c_.op);
+    const uint32_t code = c_.opcode ? c_.opcode : op_code(c_.op);
     if (c_.check_signature) sig_ = code << kSigShift;
     if (c_.ring) rec_ = c_.ring->begin(static_cast<uint8_t>(code), c_.seq, start_ns());
   }

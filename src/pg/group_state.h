@@ -43,6 +43,8 @@ struct GroupState {
   bool is_world = false;
   std::mutex coll_mu;
   std::shared_ptr<CollState> coll;  ///< collectives' state, made on first use (pg/coll_run.h)
+  /// coll.get() once made (set under coll_mu, never reset): read without the lock per call.
+  std::atomic<CollState*> coll_ptr{nullptr};
 
   int size() const { return static_cast<int>(info.ranks.size()); }
   /// Throws InvalidArgument for a destroyed group or a non-member; `what` names the call.

@@ -28,7 +28,10 @@ const AlgoInfo& all_gather(CollComm& comm, const AllGatherArgs& a) {
   check::same_dtype(a.input, "input", a.output, "output", op, r);
   check::numel(
       a.output, "output", a.input.numel * n,
-      "group size " + std::to_string(n) + " x input " + std::to_string(a.input.numel) + " elements",
+      [&] {
+        return "group size " + std::to_string(n) + " x input " + std::to_string(a.input.numel) +
+               " elements";
+      },
       op, r);
   ExecParams p = exec_params(a.options, a.input.element_size());
   const AlgoInfo& algo = select_algorithm(CollOp::AllGather, a.output.nbytes(), n, comm.hints(),
