@@ -5,6 +5,11 @@
 #
 #   bench/ucx_compare.sh [BUILD_DIR]            # default: build
 #   ROUNDS=3 bench/ucx_compare.sh build-ucx     # 3 interleaved rounds: best and median
+#   TLSES=tcp WINDOWS=1 PUT=0 VARIANTS="- UCX_MAX_RNDV_RAILS=1" bench/ucx_compare.sh build-ucx
+#
+# VARIANTS: tpcomm runs, each with its own environment (comma-separated VAR=VALUE list, "-" for
+# none), interleaved in every round; one table row per variant. They set UCX variables for
+# tpcomm's processes only: ucx_perftest always runs with UCX's defaults and UCX_TLS.
 #
 # Like with like: both sides stream with the same number of messages in flight (WINDOWS, the
 # -O of ucx_perftest; its default for tag_bw is 32): `p2p_bench --stream W` keeps W isends
@@ -22,7 +27,10 @@ BUILD=${1:-build}
 ROUNDS=${ROUNDS:-1}
 WINDOWS=${WINDOWS:-"1 32"}
 PRIO=${PRIO:-1}
-SIZES="1048576 4194304 16777216 67108864"
+TLSES=${TLSES:-"tcp shm"}
+VARIANTS=${VARIANTS:-"-"}
+PUT=${PUT:-1}
+SIZES=${SIZES:-"1048576 4194304 16777216 67108864"}
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 command -v ucx_perftest >/dev/null || { echo "ucx_perftest not found (apt install ucx-utils)"; exit 1; }
@@ -57,17 +65,25 @@ perftest() {
 }
 
 for round in $(seq "$ROUNDS"); do
-  for tls in tcp shm; do  # UCX_TLS "shm" = posix, sysv, cma (and knem/xpmem if present)
+  for tls in $TLSES; do  # UCX_TLS "shm" = posix, sysv, cma (and knem/xpmem if present)
     for w in $WINDOWS; do
-      TPCOMM_UCX_TLS=$tls prio timeout 300 "$BUILD/bin/p2p_bench" --transport ucx --min 1M \
-        --max 64M --stream "$w" --csv 2>/dev/null |
-        awk -F, -v t="$tls" -v w="$w" 'NR>1{print t","w","$2","$4}' >>"$OUT/tpcomm.csv"
+      for v in $VARIANTS; do
+        env=()
+        [ "$v" != - ] && IFS=, read -r -a env <<<"$v"
+        for s in $SIZES; do
+          prio env "${env[@]}" TPCOMM_UCX_TLS=$tls timeout 300 "$BUILD/bin/p2p_bench" \
+            --transport ucx --min "$s" --max "$s" --stream "$w" --csv 2>/dev/null |
+            awk -F, -v t="$tls" -v w="$w" -v v="$v" 'NR>1{print t","w","$2","$4","v}' \
+              >>"$OUT/tpcomm.csv"
+        done
+      done
       for s in $SIZES; do
         n=$((s >= 67108864 ? 64 : s >= 16777216 ? 200 : 1000))
         echo "$tls,$w,$s,$(perftest "$tls" tag_bw "$s" "$n" "$w")" >>"$OUT/tag.csv"
       done
     done
     # put_bw (its default window, 32) is slow where UCX emulates it (tcp): few iterations.
+    [ "$PUT" = 1 ] || continue
     for s in $SIZES; do
       echo "$tls,32,$s,$(perftest "$tls" ucp_put_bw "$s" $((s >= 16777216 ? 4 : 40)) 32)" \
         >>"$OUT/put.csv"
@@ -75,23 +91,27 @@ for round in $(seq "$ROUNDS"); do
   done
 done
 
-stat() { # file tls window size best|median -> GB/s over rounds
-  awk -F, -v t="$2" -v w="$3" -v s="$4" '$1==t && $2==w && $3==s && $4!="n/a" {print $4}' "$1" |
+stat() { # file tls window size best|median [variant] -> GB/s over rounds
+  awk -F, -v t="$2" -v w="$3" -v s="$4" -v v="${6:-}" \
+    '$1==t && $2==w && $3==s && $4!="n/a" && (v=="" || $5==v) {print $4}' "$1" |
     sort -g | awk -v m="$5" '{v[NR]=$1} END{if (!NR) {print "n/a"; exit}
       if (m=="best") printf "%.2f", v[NR]; else printf "%.2f", (NR%2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2)}'
 }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN{if (b>0 && a>0) printf "%.0f%%", 100*a/b; else print "n/a"}'; }
 echo "load: $(uptime)"
 echo
-echo "| UCX_TLS | window | size | tpcomm ucx GB/s best (median) | tag_bw GB/s best (median) | tpcomm / tag_bw best (median) | ucp_put_bw GB/s |"
-echo "| --- | --- | --- | --- | --- | --- | --- |"
-for tls in tcp shm; do
+echo "| UCX_TLS | window | size | tpcomm env | tpcomm ucx GB/s best (median) | tag_bw GB/s best (median) | tpcomm / tag_bw best (median) | ucp_put_bw GB/s |"
+echo "| --- | --- | --- | --- | --- | --- | --- | --- |"
+for tls in $TLSES; do
   for w in $WINDOWS; do
     for s in $SIZES; do
-      ab=$(stat "$OUT/tpcomm.csv" "$tls" "$w" "$s" best); am=$(stat "$OUT/tpcomm.csv" "$tls" "$w" "$s" median)
-      bb=$(stat "$OUT/tag.csv" "$tls" "$w" "$s" best); bm=$(stat "$OUT/tag.csv" "$tls" "$w" "$s" median)
-      c=$( [ "$w" = 32 ] && stat "$OUT/put.csv" "$tls" 32 "$s" best || echo "")
-      echo "| $tls | $w | $((s / 1048576)) MiB | $ab ($am) | $bb ($bm) | $(ratio "$ab" "$bb") ($(ratio "$am" "$bm")) | $c |"
+      for v in $VARIANTS; do
+        ab=$(stat "$OUT/tpcomm.csv" "$tls" "$w" "$s" best "$v")
+        am=$(stat "$OUT/tpcomm.csv" "$tls" "$w" "$s" median "$v")
+        bb=$(stat "$OUT/tag.csv" "$tls" "$w" "$s" best); bm=$(stat "$OUT/tag.csv" "$tls" "$w" "$s" median)
+        c=$( [ "$w" = 32 ] && [ "$PUT" = 1 ] && stat "$OUT/put.csv" "$tls" 32 "$s" best || echo "")
+        echo "| $tls | $w | $((s / 1048576)) MiB | $v | $ab ($am) | $bb ($bm) | $(ratio "$ab" "$bb") ($(ratio "$am" "$bm")) | $c |"
+      done
     done
   done
 done
