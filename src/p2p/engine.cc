@@ -233,8 +233,8 @@ std::string Engine::choose_locked(const std::string& backend, int peer, std::str
         Slot* s = make_slot_locked(n);
         if (s->tr) available.push_back(n);
       }
-      topo::LinkChoice c = topo::select_link(topo_->mine, *ps, available,
-                                             topo::SelectOptions::from_config());
+      topo::LinkChoice c =
+          topo::select_link(topo_->mine, *ps, available, topo::SelectOptions::from_config());
       Slot* s = c.ok() ? find_slot_locked(c.transport) : nullptr;
       if (s && s->tr) {
         std::vector<uint8_t> addr = peer_address(s->name, peer);
@@ -294,9 +294,11 @@ std::string Engine::choose_locked(const std::string& backend, int peer, std::str
            ")");
       continue;
     }
-    *reason = !is_auto(backend) ? "backend '" + backend + "' asks for it"
-              : "fallback order (" + (topo_note.empty() ? std::string("TPCOMM_TRANSPORT") : topo_note) +
-                    "): first transport both ranks run that reaches the peer" + tried;
+    *reason = !is_auto(backend)
+                  ? "backend '" + backend + "' asks for it"
+                  : "fallback order (" +
+                        (topo_note.empty() ? std::string("TPCOMM_TRANSPORT") : topo_note) +
+                        "): first transport both ranks run that reaches the peer" + tried;
     return s->name;
   }
   if (!topo_note.empty()) tried = "\n  " + topo_note + tried;
@@ -338,6 +340,10 @@ int Engine::backend_id_locked(const std::string& backend) {
 Link* Engine::link_for(std::unique_lock<std::mutex>& lk, const std::string& backend, int peer,
                        int backend_id) {
   if (backend_id < 0) backend_id = backend_id_locked(backend);
+  auto bid = static_cast<size_t>(backend_id);
+  auto p = static_cast<size_t>(peer);
+  if (bid < chosen_fast_.size() && p < chosen_fast_[bid].size() && chosen_fast_[bid][p])
+    return chosen_fast_[bid][p];
   uint64_t key = (static_cast<uint64_t>(backend_id) << 32) | static_cast<uint32_t>(peer);
   auto it = chosen_.find(key);
   if (it != chosen_.end()) return it->second;
@@ -361,6 +367,11 @@ Link* Engine::link_for(std::unique_lock<std::mutex>& lk, const std::string& back
   Link* l = link_locked(*s, peer);
   l->reason = reason;
   chosen_[key] = l;
+  if (peer >= 0 && peer < opt_.world_size) {
+    if (chosen_fast_.size() <= bid) chosen_fast_.resize(bid + 1);
+    chosen_fast_[bid].resize(static_cast<size_t>(opt_.world_size), nullptr);
+    chosen_fast_[bid][p] = l;
+  }
   TPLOG(INFO, P2P) << "rank " << opt_.rank << " -> rank " << peer << ": " << name << " (host '"
                    << opt_.host_id << "' / '" << peer_host(peer) << "', backend " << backend
                    << "): " << reason;

@@ -69,6 +69,11 @@ struct Link {
   std::deque<Pending> queue;
   bool failed = false;
   std::string reason;  ///< why this transport joins the pair (topology choice or fallback)
+  /// The channel last sent on through this link and its counter in Engine::send_seq_ (a map
+  /// node: its address is stable), so that repeated sends skip the hash lookup.
+  uint64_t seq_group = 0;
+  int32_t seq_tag = 0;
+  uint64_t* seq_counter = nullptr;
 };
 
 /// Group facts the engine uses to validate and to describe operations.
@@ -242,8 +247,9 @@ class Engine : public std::enable_shared_from_this<Engine> {
   std::vector<std::unique_ptr<Slot>> slots_;
   std::unordered_map<uint64_t, std::unique_ptr<Link>> links_;  // (slot index << 32) | peer
   std::unordered_map<uint64_t, Link*> chosen_;                 // (backend id << 32) | peer -> link
-  std::vector<std::string> backends_;                          // backend id -> name
-  std::unordered_set<Link*> backlog_;                          // links with a non-empty queue
+  std::vector<std::vector<Link*>> chosen_fast_;  // [backend id][peer]: chosen_ without hashing
+  std::vector<std::string> backends_;            // backend id -> name
+  std::unordered_set<Link*> backlog_;            // links with a non-empty queue
   std::unordered_map<std::string, std::vector<uint8_t>> addr_cache_;  // "name/rank" (own lock)
   std::unordered_map<int, std::string> host_cache_;
   std::mutex cache_mu_;
@@ -277,8 +283,8 @@ class Engine : public std::enable_shared_from_this<Engine> {
   std::thread progress_thread_;
   std::atomic<bool> stop_{false};
   std::atomic<int> spinners_{0};
-  std::atomic<int> sleepers_{0};              // user threads blocked on done_cv_
-  std::atomic<uint64_t> spin_epoch_{0};  // bumped whenever a wait stops spinning
+  std::atomic<int> sleepers_{0};                // user threads blocked on done_cv_
+  std::atomic<uint64_t> spin_epoch_{0};         // bumped whenever a wait stops spinning
   std::atomic<bool> progress_sleeping_{false};  // the progress thread is in (or entering) epoll
   static constexpr std::chrono::milliseconds kLinger{1};
   std::mutex park_mu_;
@@ -295,8 +301,8 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // beat_timeout_ is failed like a closed connection. Checked every 64th progress call and
   // by the progress thread: nothing on the data path but the per-slot arrival counters.
   struct PeerBeat {
-    bool watched = false;  ///< a link to the peer exists
-    uint64_t heard = 0;    ///< sum of the slots' counters at the last change
+    bool watched = false;                         ///< a link to the peer exists
+    uint64_t heard = 0;                           ///< sum of the slots' counters at the last change
     std::chrono::steady_clock::time_point since;  ///< when `heard` last changed
   };
   /// Sends heartbeats and fails silent peers when a beat is due; collects in need_link_
@@ -307,7 +313,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   void make_wanted_links();
   std::chrono::milliseconds beat_interval_{0}, beat_timeout_{0};
   std::chrono::steady_clock::time_point next_beat_{};
-  std::vector<PeerBeat> beats_;                     // by global rank
+  std::vector<PeerBeat> beats_;                   // by global rank
   std::vector<std::pair<Slot*, int>> need_link_;  // (slot, peer)
 
   friend struct Slot;

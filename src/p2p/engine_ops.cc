@@ -94,12 +94,19 @@ void Engine::post_send(const GroupInfo& g, int dst, int tag, const Tensor& t,
   op->tensor = t;
   std::unique_lock<std::mutex> lk(mu_);
   if (shut_down_) throw AbortedError(op->describe() + ": the process group was destroyed");
-  auto dead = dead_peers_.find(dst);
-  if (dead != dead_peers_.end())
-    throw PeerError(op->describe() + ": rank " + std::to_string(dst) +
-                    " is unreachable: " + dead->second);
+  if (!dead_peers_.empty()) {
+    auto dead = dead_peers_.find(dst);
+    if (dead != dead_peers_.end())
+      throw PeerError(op->describe() + ": rank " + std::to_string(dst) +
+                      " is unreachable: " + dead->second);
+  }
   Link* l = link_for(lk, g.backend, dst, g.backend_id);
-  op->seq = send_seq_[SeqKey{g.id, dst, tag}]++;
+  if (!l->seq_counter || l->seq_group != g.id || l->seq_tag != tag) {
+    l->seq_counter = &send_seq_[SeqKey{g.id, dst, tag}];
+    l->seq_group = g.id;
+    l->seq_tag = tag;
+  }
+  op->seq = (*l->seq_counter)++;
   op->link = l;
   Header h;
   h.group = g.id;
@@ -139,11 +146,10 @@ void Engine::post_recv(const GroupInfo& g, int src, int tag, const Tensor& t,
   if (bytes > 0) {
     if (const RangeSet::Range* clash = active_ranges_.overlap(start, start + bytes)) {
       auto* other = ops_.find(clash->id);
-      throw InvalidArgument(
-          op->describe() + ": its buffer [" + hex(t.data) + ", +" + std::to_string(bytes) +
-          " bytes) overlaps the buffer of a pending " +
-          (other ? (*other)->describe() : std::string("receive")) +
-          "; wait for that receive before posting another into the same memory");
+      throw InvalidArgument(op->describe() + ": its buffer [" + hex(t.data) + ", +" +
+                            std::to_string(bytes) + " bytes) overlaps the buffer of a pending " +
+                            (other ? (*other)->describe() : std::string("receive")) +
+                            "; wait for that receive before posting another into the same memory");
     }
   }
   ops_.add(op);
@@ -159,7 +165,7 @@ void Engine::post_recv(const GroupInfo& g, int src, int tag, const Tensor& t,
   }
   // A message that arrived before its sender went away still matches (above); nothing
   // more will come from a dead rank.
-  auto dead = src == kAnySource ? dead_peers_.end() : dead_peers_.find(src);
+  auto dead = src == kAnySource || dead_peers_.empty() ? dead_peers_.end() : dead_peers_.find(src);
   if (dead != dead_peers_.end()) {
     std::string why =
         op->describe() + ": rank " + std::to_string(src) + " is unreachable: " + dead->second;
@@ -221,6 +227,22 @@ std::vector<Engine::Unmatched> Engine::unmatched(uint64_t group) {
 // ---- arrivals ----------------------------------------------------------------------------
 
 void Engine::handle_message(Slot& s, int peer, std::span<const uint8_t> data) {
+  // The latency path: an eager message whose receive is posted already, on a transport
+  // without credits. It skips the full decode and the general matching; the receive
+  // completes with the bytes copied from the transport's buffer (on_match_locked checks the
+  // dtype and size as for any match).
+  Header fh;
+  if (s.caps.recv_slots == 0 && parse_eager(data, peer, &fh) &&
+      (removed_groups_.empty() || !removed_groups_.count(fh.group))) {
+    if (uint64_t recv = matcher_.arrive_posted(ChannelKey{fh.group, fh.src, fh.tag}, fh.seq)) {
+      Incoming local{fh, Rts{}, &s, {}, data.subspan(kHeaderSize), false};
+      uint64_t id = next_msg_id_++;
+      current_ = {id, &local};
+      if (auto* op = ops_.find(static_cast<uint32_t>(recv))) on_match_locked(*op, id);
+      current_ = {};
+      return;
+    }
+  }
   std::string err;
   auto d = decode(data, peer, &err);
   if (!d) {
@@ -426,8 +448,8 @@ void Engine::handle_cts_locked(Link& l, const Decoded& d) {
 void Engine::handle_put_arrived(Slot& s, int peer, uint32_t imm) {
   Link* l = s.caps.recv_slots > 0 ? link_locked(s, peer) : nullptr;
   auto* it = ops_.find(imm);
-  if (!it || (*it)->kind != Op::Kind::Recv || (*it)->stage != Op::Stage::Transfer ||
-      !(*it)->link || (*it)->link->peer != peer) {
+  if (!it || (*it)->kind != Op::Kind::Recv || (*it)->stage != Op::Stage::Transfer || !(*it)->link ||
+      (*it)->link->peer != peer) {
     TPLOG(WARN, P2P) << "rank " << opt_.rank << ": a put from rank " << peer
                      << " notified unknown receive " << imm;
   } else {
@@ -470,10 +492,12 @@ void Engine::complete_locked(const std::shared_ptr<Op>& op_ref) {
     active_ranges_.erase(reinterpret_cast<uintptr_t>(op->tensor.data));
     op->range_held = false;
   }
-  op->done.store(true, std::memory_order_seq_cst);
-  // Waiters count themselves in sleepers_ before they take the lock to sleep, so none can be
-  // missed; the common case (the waiter spins) skips the condition variable.
-  if (sleepers_.load(std::memory_order_seq_cst) > 0) done_cv_.notify_all();
+  // Release is enough: spinning waiters only read `done`; a sleeping waiter counts itself in
+  // sleepers_ before it takes the engine lock (which we hold) to check `done` and sleep, so
+  // either it sees `done` under the lock or we see its count here. No full fence: on the
+  // send path it would wait for the record to reach the peer's cache.
+  op->done.store(true, std::memory_order_release);
+  if (sleepers_.load(std::memory_order_relaxed) > 0) done_cv_.notify_all();
 }
 
 void Engine::fail_locked(const std::shared_ptr<Op>& op, std::exception_ptr e) {

@@ -2,11 +2,30 @@
 
 namespace tpcomm::p2p {
 
+Matcher::Channel& Matcher::channel(const ChannelKey& key) {
+  if (hot_ && hot_key_ == key) return *hot_;
+  Channel& ch = channels_[key];
+  hot_key_ = key;
+  hot_ = &ch;
+  return ch;
+}
+
+uint64_t Matcher::arrive_posted(const ChannelKey& key, uint64_t seq) {
+  if (!any_posted_.empty()) return 0;
+  Channel& ch = channel(key);
+  if (seq != ch.expected || ch.posted.empty() || !ch.ready.empty() || !ch.early.empty()) return 0;
+  ++ch.expected;
+  uint64_t recv = ch.posted.front().second;
+  ch.posted.pop_front();
+  --posted_;
+  return recv;
+}
+
 uint64_t Matcher::post(uint64_t group, int src, int tag, uint64_t recv_id) {
   uint64_t order = next_order_++;
   if (src != kAnySource) {
     ChannelKey key{group, src, tag};
-    Channel& ch = channels_[key];
+    Channel& ch = channel(key);
     if (!ch.ready.empty()) {
       uint64_t msg = ch.ready.front().second;
       ch.ready.pop_front();
@@ -55,7 +74,7 @@ uint64_t Matcher::post(uint64_t group, int src, int tag, uint64_t recv_id) {
 
 bool Matcher::arrive(const ChannelKey& key, uint64_t seq, uint64_t msg_id,
                      std::vector<Match>* matches) {
-  Channel& ch = channels_[key];
+  Channel& ch = channel(key);
   if (seq < ch.expected || ch.early.count(seq)) return false;
   if (seq > ch.expected) {
     ch.early.emplace(seq, msg_id);
@@ -168,6 +187,7 @@ std::vector<uint64_t> Matcher::drop_group(uint64_t group) {
     if (it->first.group == group) {
       unexpected_ -= it->second.early.size() + it->second.ready.size();
       posted_ -= it->second.posted.size();
+      if (hot_ == &it->second) hot_ = nullptr;
       it = channels_.erase(it);
     } else {
       ++it;

@@ -57,6 +57,12 @@ class Matcher {
   bool arrive(const ChannelKey& channel, uint64_t seq, uint64_t msg_id,
               std::vector<Match>* matches);
 
+  /// The latency path of arrive(): when message `seq` is the next of `channel`, nothing of
+  /// the channel waits, and the earliest receive that accepts it names the channel (no
+  /// any-source receive is posted), pairs them and returns the receive's id. Otherwise
+  /// returns 0 and changes nothing: call arrive().
+  uint64_t arrive_posted(const ChannelKey& channel, uint64_t seq);
+
   /// Removes a posted receive; false if it is not posted (already matched). `where`, when
   /// given, is the receive's (group, source or kAnySource, tag): only that queue is searched.
   bool cancel(uint64_t recv_id, const ChannelKey* where = nullptr);
@@ -95,11 +101,15 @@ class Matcher {
     PostedQueue posted;                               // receives naming this source
   };
   static bool erase_recv(PostedQueue& q, uint64_t recv_id);
+  /// channels_[key], through a one-entry cache (a ping-pong uses one channel each way).
+  Channel& channel(const ChannelKey& key);
 
   // A message of `ch` became ready: match it or queue it.
   void on_ready(const ChannelKey& key, Channel& ch, uint64_t msg_id, std::vector<Match>* matches);
 
   std::unordered_map<ChannelKey, Channel, ChannelKeyHash> channels_;
+  ChannelKey hot_key_;
+  Channel* hot_ = nullptr;  // channels_[hot_key_] (map nodes are stable; reset on erase)
   std::unordered_map<AnyKey, PostedQueue, AnyKeyHash> any_posted_;
   // (group, tag) -> sources whose channel has ready, unmatched messages.
   std::unordered_map<AnyKey, std::set<int32_t>, AnyKeyHash> ready_sources_;

@@ -50,6 +50,27 @@ struct Op {
 
   /// "send to rank 3 (group 'default_pg', tag 0, float32[1024] on cpu)".
   std::string describe() const;
+
+  /// Back to a fresh op (a recycled Work reuses its Op: pg/p2p_work.cc). Only when nothing
+  /// refers to the op any more.
+  void reset() {
+    kind = Kind::Send;
+    stage = Stage::Queued;
+    group = 0;
+    peer = -1;
+    tag = 0;
+    tensor = Tensor{};
+    seq = 0;
+    id = 0;
+    done.store(false, std::memory_order_relaxed);
+    error = nullptr;
+    source = -1;
+    received = 0;
+    mr.reset();
+    chunks_left = 0;
+    link = nullptr;
+    range_held = false;
+  }
 };
 
 }  // namespace tpcomm::p2p

@@ -16,6 +16,9 @@
 namespace tpcomm::p2p {
 namespace {
 
+// Progress rounds a spinning wait makes per acquisition of the engine lock.
+constexpr int kRoundsPerLock = 4;
+
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
@@ -100,8 +103,8 @@ void Engine::heartbeat_locked() {
     if (beat_timeout_.count() <= 0 || now - b.since < beat_timeout_) continue;
     auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(now - b.since);
     std::ostringstream os;
-    os << "nothing, not even a heartbeat, arrived from rank " << peer << " for "
-       << silent.count() << " ms (TPCOMM_HEARTBEAT_TIMEOUT=" << beat_timeout_.count() << "ms)";
+    os << "nothing, not even a heartbeat, arrived from rank " << peer << " for " << silent.count()
+       << " ms (TPCOMM_HEARTBEAT_TIMEOUT=" << beat_timeout_.count() << "ms)";
     if (!ready[p]) os << "; its connection never completed the handshake";
     os << ": the process is stopped or hung, or the network between us is cut";
     fail_peer_locked(peer, os.str());
@@ -162,16 +165,19 @@ void Engine::wait_impl(Op& op, std::chrono::steady_clock::time_point until,
   Clock::time_point start{}, spin_end{}, yield_end{};
   bool clocked = false;
   if (!op.done.load(std::memory_order_acquire)) {
-    spinners_.fetch_add(1);
-    bool spinning = true;
     // The progress thread stays parked while a thread spins, and for about kLinger after
     // (spin_epoch_ changed), so that back-to-back waits (a ping-pong) never hand the
-    // transports to it and back. A thread about to sleep hands them over at once.
+    // transports to it and back. A thread about to sleep hands them over at once. A wait
+    // counts itself in spinners_ only at its first clock reading (16 rounds): one that ends
+    // sooner (the latency path) costs no atomic read-modify-write; the epoch it bumps when it
+    // ends keeps a parked progress thread lingering.
+    bool spinning = true;
+    bool counted = false;
     auto stop_spinning = [&](bool handover) {
       if (!spinning) return;
       spinning = false;
       spin_epoch_.store(spin_epoch_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-      if (spinners_.fetch_sub(1) == 1 && handover) {
+      if (counted && spinners_.fetch_sub(1) == 1 && handover) {
         std::lock_guard<std::mutex> pl(park_mu_);
         park_cv_.notify_one();
       }
@@ -180,7 +186,12 @@ void Engine::wait_impl(Op& op, std::chrono::steady_clock::time_point until,
       unsigned spins = 0;
       while (!op.done.load(std::memory_order_acquire)) {
         if (mu_.try_lock()) {
-          progress_locked();
+          // A few rounds per lock: the lock's two atomic operations cost as much as a round
+          // that finds nothing, and a shorter round sees an arrival sooner.
+          for (int k = 0; k < kRoundsPerLock; ++k) {
+            progress_locked();
+            if (op.done.load(std::memory_order_acquire)) break;
+          }
           mu_.unlock();
           if (op.done.load(std::memory_order_acquire)) break;
         }
@@ -188,12 +199,14 @@ void Engine::wait_impl(Op& op, std::chrono::steady_clock::time_point until,
         auto now = Clock::now();
         if (!clocked) {
           clocked = true;
+          spinners_.fetch_add(1);
+          counted = true;
           start = now;
           spin_end = now + std::chrono::microseconds(spin_us_);
           yield_end = spin_end + std::chrono::microseconds(yield_us_);
           if (timeout.count() >= 0)
-            until = timeout > std::chrono::hours(24 * 365) ? Clock::time_point::max()
-                                                           : now + timeout;
+            until =
+                timeout > std::chrono::hours(24 * 365) ? Clock::time_point::max() : now + timeout;
         }
         if (now >= until) break;
         if (now < spin_end) {
@@ -350,6 +363,7 @@ void Engine::shutdown() {
   incoming_.clear();
   backlog_.clear();
   chosen_.clear();
+  chosen_fast_.clear();
   links_.clear();
   slots_.clear();  // transports flush and close
   done_cv_.notify_all();

@@ -68,6 +68,24 @@ size_t encode_cts(const Header& hdr, const Cts& c, uint8_t* out) {
   return static_cast<size_t>(p - out);
 }
 
+bool parse_eager(std::span<const uint8_t> msg, int peer, Header* h) {
+  if (msg.size() < kHeaderSize) return false;
+  const uint8_t* p = msg.data();
+  if (p[0] != kWireMagic || p[1] != kWireVersion || p[2] != static_cast<uint8_t>(MsgType::Eager) ||
+      p[3] >= kNumDTypes)
+    return false;
+  h->type = MsgType::Eager;
+  h->dtype = static_cast<DType>(p[3]);
+  p += 4;
+  h->credits = get<uint32_t>(p);
+  h->group = get<uint64_t>(p);
+  h->src = get<int32_t>(p);
+  h->tag = get<int32_t>(p);
+  h->seq = get<uint64_t>(p);
+  h->bytes = get<uint64_t>(p);
+  return h->src == peer && msg.size() - kHeaderSize == h->bytes;
+}
+
 std::optional<Decoded> decode(std::span<const uint8_t> msg, int peer, std::string* error) {
   auto fail = [&](const std::string& why) -> std::optional<Decoded> {
     *error = "malformed message from rank " + std::to_string(peer) + " (" +

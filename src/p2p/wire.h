@@ -72,6 +72,11 @@ struct Decoded {
   std::span<const uint8_t> payload;
 };
 
+/// The latency path's decode: true when `msg` is a well-formed eager message from `peer`
+/// (the checks decode() makes for one), with its header in `*h`. False says nothing more:
+/// decode() then tells what the message is or what is wrong with it.
+bool parse_eager(std::span<const uint8_t> msg, int peer, Header* h);
+
 /// Decodes and validates one message from `peer`; nullopt with `*error` set when it is
 /// malformed (bad magic or version, unknown type or dtype, lengths that do not add up, a
 /// source rank that is not `peer`, a blob larger than a RemoteKey holds).

@@ -1,8 +1,13 @@
-// The Work of a point-to-point operation. It holds the engine's Op itself (one allocation
-// per isend/irecv: the engine keeps the Work alive through an aliasing pointer to its Op
-// while the operation is in flight). So that this never makes a cycle (engine -> pending op
-// -> Work -> group -> engine), the Work refers to its group and engine weakly: a Work whose
-// group and engine are gone was completed by the engine's shutdown (AbortedError).
+// The Work of a point-to-point operation. It holds the engine's Op itself (the engine keeps
+// the Work alive through an aliasing pointer to its Op while the operation is in flight). So
+// that this never makes a cycle (engine -> pending op -> Work -> group -> engine), the Work
+// refers to its group and engine weakly: a Work whose group and engine are gone was completed
+// by the engine's shutdown (AbortedError).
+//
+// Works are recycled (p2p_work.cc): a released Work goes back to a small per-thread pool with
+// its weak references intact, and its shared_ptr control block to another, so that an
+// isend/irecv on the latency path allocates nothing and touches no reference count of the
+// group or the engine.
 #pragma once
 
 #include <memory>
@@ -13,18 +18,16 @@
 
 namespace tpcomm::detail {
 
-class P2PWork : public Work {
+class P2PWork final : public Work {
  public:
-  explicit P2PWork(const std::shared_ptr<GroupState>& group)
-      : group_(group), engine_(group->world->engine), timeout_(group->timeout) {}
-
-  /// A new Work whose Op the engine fills in: pass `op` to Engine::post_send / post_recv.
-  static std::shared_ptr<P2PWork> make(const std::shared_ptr<GroupState>& group,
-                                       std::shared_ptr<p2p::Op>* op) {
-    auto w = std::make_shared<P2PWork>(group);
-    *op = std::shared_ptr<p2p::Op>(w, &w->op_);
-    return w;
-  }
+  /// A new (or recycled) Work of `group` and its Op, sharing one reference count.
+  struct Made {
+    P2PWork* work;
+    std::shared_ptr<p2p::Op> op;  ///< pass to Engine::post_send / post_recv
+    /// The Work as the caller returns it (takes over op's reference; no count changes).
+    std::shared_ptr<Work> release() { return std::shared_ptr<Work>(std::move(op), work); }
+  };
+  static Made make(const std::shared_ptr<GroupState>& group);
 
   bool wait(std::optional<std::chrono::milliseconds> timeout) override;
   bool is_completed() override;
@@ -34,10 +37,20 @@ class P2PWork : public Work {
 
   const p2p::Op& op() const { return op_; }
 
+  /// Returns a released Work to this thread's pool (or deletes it); the shared_ptr deleter.
+  struct Recycle {
+    void operator()(P2PWork* w) const;
+    static void destroy(P2PWork* w);
+  };
+
  private:
+  explicit P2PWork(const std::shared_ptr<GroupState>& group)
+      : group_raw_(group.get()), group_(group), engine_(group->world->engine) {}
+
+  const GroupState* group_raw_;  ///< identifies group_ (while it lives) for reuse
   std::weak_ptr<GroupState> group_;
   std::weak_ptr<p2p::Engine> engine_;
-  std::chrono::milliseconds timeout_;
+  std::chrono::milliseconds timeout_{0};
   p2p::Op op_;
 };
 

@@ -264,10 +264,9 @@ std::shared_ptr<Work> ProcessGroup::isend(const Tensor& tensor, int dst, int tag
   state_->check_usable("isend");
   state_->check_peer("isend", dst, false);
   check_tensor("isend", tensor);
-  std::shared_ptr<p2p::Op> op;
-  auto w = detail::P2PWork::make(state_, &op);
-  state_->world->engine->post_send(state_->info, state_->info.ranks[dst], tag, tensor, op);
-  return w;
+  auto w = detail::P2PWork::make(state_);
+  state_->world->engine->post_send(state_->info, state_->info.ranks[dst], tag, tensor, w.op);
+  return w.release();
 }
 
 std::shared_ptr<Work> ProcessGroup::irecv(const Tensor& tensor, int src, int tag) {
@@ -275,10 +274,9 @@ std::shared_ptr<Work> ProcessGroup::irecv(const Tensor& tensor, int src, int tag
   state_->check_peer("irecv", src, true);
   check_tensor("irecv", tensor);
   int global = src == kAnySource ? p2p::kAnySource : state_->info.ranks[src];
-  std::shared_ptr<p2p::Op> op;
-  auto w = detail::P2PWork::make(state_, &op);
-  state_->world->engine->post_recv(state_->info, global, tag, tensor, op);
-  return w;
+  auto w = detail::P2PWork::make(state_);
+  state_->world->engine->post_recv(state_->info, global, tag, tensor, w.op);
+  return w.release();
 }
 
 std::shared_ptr<Work> ProcessGroup::send(const Tensor& tensor, int dst, int tag) {

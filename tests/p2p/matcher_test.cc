@@ -114,6 +114,47 @@ TEST(Matcher, CancelAndDropGroup) {
   EXPECT_EQ(m.posted(), 0u);
 }
 
+// arrive_posted (the latency path) pairs only the next message of a channel with that
+// channel's earliest posted receive, and leaves every other case to arrive() untouched.
+TEST(Matcher, ArrivePostedTakesOnlyTheSimpleCase) {
+  Matcher m;
+  EXPECT_EQ(m.arrive_posted(ChannelKey{1, 0, 5}, 0), 0u) << "nothing posted";
+  m.post(1, 0, 5, 100);
+  m.post(1, 0, 5, 101);
+  EXPECT_EQ(m.arrive_posted(ChannelKey{1, 0, 5}, 1), 0u) << "out of order";
+  EXPECT_EQ(m.posted(), 2u);
+  EXPECT_EQ(m.arrive_posted(ChannelKey{1, 0, 5}, 0), 100u);
+  EXPECT_EQ(m.arrive_posted(ChannelKey{1, 0, 5}, 1), 101u);
+  EXPECT_EQ(m.posted(), 0u);
+  EXPECT_EQ(m.expected(ChannelKey{1, 0, 5}), 2u);
+  // A duplicate, an early arrival waiting, an any-source receive: the general path.
+  m.post(1, 0, 5, 102);
+  EXPECT_EQ(m.arrive_posted(ChannelKey{1, 0, 5}, 1), 0u);
+  std::vector<Match> out;
+  EXPECT_FALSE(m.arrive(ChannelKey{1, 0, 5}, 1, 9, &out)) << "duplicate";
+  EXPECT_TRUE(m.arrive(ChannelKey{1, 0, 5}, 3, 10, &out));
+  EXPECT_EQ(m.arrive_posted(ChannelKey{1, 0, 5}, 2), 0u) << "an early message waits";
+  EXPECT_TRUE(m.arrive(ChannelKey{1, 0, 5}, 2, 11, &out));
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].recv_id, 102u);
+  EXPECT_EQ(m.unexpected(), 1u);  // seq 3 is ready, unmatched
+  EXPECT_EQ(m.post(1, 0, 5, 103), 10u);
+  m.post(1, kAnySource, 7, 200);
+  m.post(1, 0, 7, 201);
+  EXPECT_EQ(m.arrive_posted(ChannelKey{1, 0, 7}, 0), 0u) << "an earlier any-source receive";
+  out.clear();
+  EXPECT_TRUE(m.arrive(ChannelKey{1, 0, 7}, 0, 12, &out));
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].recv_id, 200u);
+  EXPECT_EQ(m.arrive_posted(ChannelKey{1, 0, 7}, 1), 201u);
+  // The channel cache forgets a dropped group's channel.
+  m.post(2, 0, 0, 300);
+  EXPECT_EQ(m.drop_group(2).size(), 0u);
+  EXPECT_EQ(m.posted(), 0u);
+  EXPECT_EQ(m.arrive_posted(ChannelKey{2, 0, 0}, 0), 0u);
+  EXPECT_EQ(m.expected(ChannelKey{2, 0, 0}), 0u);
+}
+
 // Random arrival orders of many messages over several sources always deliver every message
 // exactly once, in per-source order.
 TEST(Matcher, RandomOrdersDeliverEverythingInSequence) {

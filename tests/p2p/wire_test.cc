@@ -99,5 +99,57 @@ TEST(Wire, MalformedInputIsRefused) {
   EXPECT_NE(err.find("blob too large"), std::string::npos);
 }
 
+// parse_eager (the latency path) accepts exactly the eager messages decode() accepts, with the
+// same header: every single-byte corruption and every truncation of a good message agrees.
+TEST(Wire, ParseEagerAgreesWithDecode) {
+  Header h;
+  h.dtype = DType::Int32;
+  h.credits = 2;
+  h.group = 0x0102030405060708ull;
+  h.src = 3;
+  h.tag = 11;
+  h.seq = 5;
+  h.bytes = 8;
+  auto good = eager(h, 8);
+  Header p;
+  ASSERT_TRUE(parse_eager(good, 3, &p));
+  EXPECT_EQ(p.group, h.group);
+  EXPECT_EQ(p.tag, 11);
+  EXPECT_EQ(p.seq, 5u);
+  EXPECT_EQ(p.bytes, 8u);
+  EXPECT_EQ(p.credits, 2u);
+  EXPECT_EQ(p.dtype, DType::Int32);
+  EXPECT_FALSE(parse_eager(good, 4, &p)) << "another peer's rank";
+  auto agree = [&](const std::vector<uint8_t>& m) {
+    std::string err;
+    auto d = decode(m, 3, &err);
+    Header q;
+    bool fast = parse_eager(m, 3, &q);
+    bool slow = d && d->header.type == MsgType::Eager;
+    EXPECT_EQ(fast, slow) << err;
+    if (fast && slow) {
+      EXPECT_EQ(q.group, d->header.group);
+      EXPECT_EQ(q.src, d->header.src);
+      EXPECT_EQ(q.tag, d->header.tag);
+      EXPECT_EQ(q.seq, d->header.seq);
+      EXPECT_EQ(q.bytes, d->header.bytes);
+      EXPECT_EQ(q.dtype, d->header.dtype);
+    }
+  };
+  for (size_t i = 0; i < good.size(); ++i) {
+    for (uint8_t v :
+         {uint8_t{0}, uint8_t{1}, uint8_t{2}, uint8_t{4}, uint8_t{0xA7}, uint8_t{0xFF}}) {
+      auto m = good;
+      m[i] = v;
+      agree(m);
+    }
+  }
+  for (size_t n = 0; n <= good.size(); ++n)
+    agree(std::vector<uint8_t>(good.begin(), good.begin() + static_cast<long>(n)));
+  std::vector<uint8_t> rts(kRtsSize);
+  encode_rts(h, Rts{9}, rts.data());
+  agree(rts);
+}
+
 }  // namespace
 }  // namespace tpcomm::p2p

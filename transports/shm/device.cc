@@ -363,7 +363,8 @@ int ShmTransport::progress(EventSink& sink) {
   for (size_t i = 0; i < readers_.size(); ++i) {
     ShmEndpoint* ep = readers_[i];
     if (ep->in_attached_) {
-      n += ep->poll_in(sink);
+      // The inline look first: a spinning wait's rounds mostly find nothing.
+      if (ep->in_.has_data() || ep->in_.unpublished() != 0) n += ep->poll_in(sink);
       if (!ep->helping_.empty()) n += ep->help(sink);
     } else {
       compact = true;
@@ -406,6 +407,10 @@ bool ShmTransport::arm() {
   }
   for (ShmEndpoint* ep : readers_)
     if (ep->in_attached_ && !ep->helping_.empty()) return false;
+  for (ShmEndpoint* ep : readers_) {
+    // poll_in publishes the read position lazily: a sender waiting for space must see it.
+    if (ep->in_attached_ && ep->in_.publish_head()) ep->ring_peer(ep->in_sock_.get());
+  }
   for (ShmEndpoint* ep : readers_)
     if (ep->in_attached_) ep->in_.set_sleeping(true);
   for (ShmEndpoint* ep : readers_)

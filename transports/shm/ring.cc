@@ -130,11 +130,6 @@ std::string RingConsumer::attach(uint8_t* base, size_t segment_bytes, int src_ra
   return "";
 }
 
-bool RingConsumer::has_data() const {
-  const RecordHeader* h = line_at(data_, head_idx_);
-  return h->stamp.load(std::memory_order_acquire) == stamp_of(head_, salt_);
-}
-
 int RingConsumer::peek(RingRecord* out, std::string* error) {
   for (;;) {
     uint64_t idx = head_idx_;

@@ -182,11 +182,17 @@ class RingConsumer {
   int peek(RingRecord* out, std::string* error);
   /// Releases the record returned by peek() back to the sender.
   void pop();
-  /// Cheap check whether a record is published (for arm()).
-  bool has_data() const;
+  /// Cheap check whether a record is published (for arm(), and poll_in's first look).
+  bool has_data() const {
+    const auto* h = reinterpret_cast<const RecordHeader*>(data_ + head_idx_ * kLine);
+    return h->stamp.load(std::memory_order_acquire) == ((head_ + 1) ^ salt_);
+  }
   /// Publishes the read position and reports whether the sender asked to be woken (and
   /// clears that request): the caller rings its doorbell.
   bool publish_head();
+  /// Lines consumed but not yet published (poll_in publishes lazily: see there).
+  uint64_t unpublished() const { return head_ - published_; }
+  uint64_t lines() const { return lines_; }
   /// Sets / clears the consumer_sleeping flag (arm() sets it, progress after a sleep clears).
   void set_sleeping(bool on);
   size_t max_payload() const { return max_payload_; }
