@@ -73,7 +73,7 @@ for round in $(seq "$ROUNDS"); do
         for s in $SIZES; do
           prio env "${env[@]}" TPCOMM_UCX_TLS=$tls timeout 300 "$BUILD/bin/p2p_bench" \
             --transport ucx --min "$s" --max "$s" --stream "$w" --csv 2>/dev/null |
-            awk -F, -v t="$tls" -v w="$w" -v v="$v" 'NR>1{print t","w","$2","$4","v}' \
+            awk -F, -v t="$tls" -v w="$w" -v v="${v//,/+}" 'NR>1{print t","w","$2","$4","v}' \
               >>"$OUT/tpcomm.csv"
         done
       done
@@ -92,12 +92,13 @@ for round in $(seq "$ROUNDS"); do
 done
 
 stat() { # file tls window size best|median [variant] -> GB/s over rounds
-  awk -F, -v t="$2" -v w="$3" -v s="$4" -v v="${6:-}" \
+  local v=${6:-}
+  awk -F, -v t="$2" -v w="$3" -v s="$4" -v v="${v//,/+}" \
     '$1==t && $2==w && $3==s && $4!="n/a" && (v=="" || $5==v) {print $4}' "$1" |
     sort -g | awk -v m="$5" '{v[NR]=$1} END{if (!NR) {print "n/a"; exit}
       if (m=="best") printf "%.2f", v[NR]; else printf "%.2f", (NR%2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2)}'
 }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN{if (b>0 && a>0) printf "%.0f%%", 100*a/b; else print "n/a"}'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN{if (b+0>0 && a+0>0) printf "%.0f%%", 100*a/b; else print "n/a"}'; }
 echo "load: $(uptime)"
 echo
 echo "| UCX_TLS | window | size | tpcomm env | tpcomm ucx GB/s best (median) | tag_bw GB/s best (median) | tpcomm / tag_bw best (median) | ucp_put_bw GB/s |"
