@@ -260,7 +260,8 @@ class Engine : public std::enable_shared_from_this<Engine> {
   std::unordered_map<uint64_t, struct Incoming*> incoming_;
   std::pair<uint64_t, struct Incoming*> current_{0, nullptr};  // message in handle_message
   uint64_t next_msg_id_ = 1;
-  OpTable ops_;  // in flight, by id
+  OpTable ops_;                               // in flight, by id
+  std::vector<std::shared_ptr<Op>> retired_;  // completed ops' table references, dropped soon
   struct SeqKey {
     uint64_t group;
     int32_t dst;

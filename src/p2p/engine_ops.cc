@@ -498,6 +498,9 @@ void Engine::complete_locked(const std::shared_ptr<Op>& op_ref) {
   // send path it would wait for the record to reach the peer's cache.
   op->done.store(true, std::memory_order_release);
   if (sleepers_.load(std::memory_order_relaxed) > 0) done_cv_.notify_all();
+  // The table's reference is dropped by the next progress round (an atomic decrement that
+  // would otherwise sit between an arrival and the reply).
+  if (held) retired_.push_back(std::move(held));
 }
 
 void Engine::fail_locked(const std::shared_ptr<Op>& op, std::exception_ptr e) {

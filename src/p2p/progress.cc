@@ -31,6 +31,7 @@ inline void cpu_relax() {
 }  // namespace
 
 int Engine::progress_locked(bool everything) {
+  if (!retired_.empty()) retired_.clear();
   int n = 0;
   // Transports nobody uses yet (tcp in a job that stays on one host) are polled only now and
   // then, so that they do not add a system call to every spin of the latency path.
@@ -368,6 +369,7 @@ void Engine::shutdown() {
                         op->describe() + " was aborted: the process group was destroyed")));
   for (auto& [id, in] : incoming_) delete in;
   incoming_.clear();
+  retired_.clear();
   backlog_.clear();
   chosen_.clear();
   chosen_fast_.clear();
