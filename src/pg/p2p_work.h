@@ -30,6 +30,9 @@ class P2PWork final : public Work {
   static Made make(const std::shared_ptr<GroupState>& group);
 
   bool wait(std::optional<std::chrono::milliseconds> timeout) override;
+  /// wait() with the group's timeout for a caller that keeps `engine` (this Work's) alive
+  /// itself, as ProcessGroup::send/recv do: no reference is taken on the engine.
+  void wait_in(p2p::Engine& engine) { engine.wait(op_, timeout_); }
   bool is_completed() override;
   bool is_success() override;
   std::exception_ptr exception() override;

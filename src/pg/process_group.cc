@@ -260,35 +260,51 @@ void check_tensor(const char* what, const Tensor& t) {
 
 }  // namespace
 
-std::shared_ptr<Work> ProcessGroup::isend(const Tensor& tensor, int dst, int tag) {
-  state_->check_usable("isend");
-  state_->check_peer("isend", dst, false);
+namespace {
+
+detail::P2PWork::Made post_isend(const std::shared_ptr<detail::GroupState>& st,
+                                 const Tensor& tensor, int dst, int tag) {
+  st->check_usable("isend");
+  st->check_peer("isend", dst, false);
   check_tensor("isend", tensor);
-  auto w = detail::P2PWork::make(state_);
-  state_->world->engine->post_send(state_->info, state_->info.ranks[dst], tag, tensor, w.op);
-  return w.release();
+  auto w = detail::P2PWork::make(st);
+  st->world->engine->post_send(st->info, st->info.ranks[dst], tag, tensor, w.op);
+  return w;
+}
+
+detail::P2PWork::Made post_irecv(const std::shared_ptr<detail::GroupState>& st,
+                                 const Tensor& tensor, int src, int tag) {
+  st->check_usable("irecv");
+  st->check_peer("irecv", src, true);
+  check_tensor("irecv", tensor);
+  int global = src == kAnySource ? p2p::kAnySource : st->info.ranks[src];
+  auto w = detail::P2PWork::make(st);
+  st->world->engine->post_recv(st->info, global, tag, tensor, w.op);
+  return w;
+}
+
+}  // namespace
+
+std::shared_ptr<Work> ProcessGroup::isend(const Tensor& tensor, int dst, int tag) {
+  return post_isend(state_, tensor, dst, tag).release();
 }
 
 std::shared_ptr<Work> ProcessGroup::irecv(const Tensor& tensor, int src, int tag) {
-  state_->check_usable("irecv");
-  state_->check_peer("irecv", src, true);
-  check_tensor("irecv", tensor);
-  int global = src == kAnySource ? p2p::kAnySource : state_->info.ranks[src];
-  auto w = detail::P2PWork::make(state_);
-  state_->world->engine->post_recv(state_->info, global, tag, tensor, w.op);
+  return post_irecv(state_, tensor, src, tag).release();
+}
+
+// The blocking forms wait through the engine this group owns (alive during the call), so the
+// wait takes no reference on it.
+std::shared_ptr<Work> ProcessGroup::send(const Tensor& tensor, int dst, int tag) {
+  auto w = post_isend(state_, tensor, dst, tag);
+  w.work->wait_in(*state_->world->engine);
   return w.release();
 }
 
-std::shared_ptr<Work> ProcessGroup::send(const Tensor& tensor, int dst, int tag) {
-  auto w = isend(tensor, dst, tag);
-  w->wait();
-  return w;
-}
-
 std::shared_ptr<Work> ProcessGroup::recv(const Tensor& tensor, int src, int tag) {
-  auto w = irecv(tensor, src, tag);
-  w->wait();
-  return w;
+  auto w = post_irecv(state_, tensor, src, tag);
+  w.work->wait_in(*state_->world->engine);
+  return w.release();
 }
 
 void ProcessGroup::destroy() {
