@@ -167,24 +167,29 @@ TEST(MismatchedCollectives, AllReduceAgainstBroadcast) {
 // messages: each rank publishes what it called next to its steps, a rank waiting on a peer's
 // step compares the calls, and a rank that finds a mismatch poisons its counters so that
 // every rank waiting on it fails at once too. Every rank gets a MismatchError naming both
-// calls, well before the deadline.
+// calls, well before the deadline. With 64 elements the calls meet in the small slots; with 2
+// (8 bytes) an all_reduce uses the slots all ranks share in one line, where a broadcast uses
+// the small slots: a rank waiting on one counter sees its peer's step on the other.
 TEST(MismatchedCollectives, OnOneHostSharedMemory) {
-  for (int variant = 0; variant < 2; ++variant) {
+  for (int variant = 0; variant < 4; ++variant) {
+    const size_t n = variant < 2 ? 64 : 2;
+    const std::string f32 = "float32[" + std::to_string(n) + "]";
+    const std::string i32 = "int32[" + std::to_string(n) + "]";
     RunOptions opt;
     opt.timeout = milliseconds(90000);
     auto r = run_ranks(
         4,
         [&](RankContext& c) {
           auto pg = world(c, c.store, c.rank, 4, seconds(8));
-          std::vector<float> v(64, 1.0f);
-          std::vector<int32_t> iv(64, 1);
+          std::vector<float> v(n, 1.0f);
+          std::vector<int32_t> iv(n, 1);
           pg->barrier();  // the shared-memory path is set up; both calls below use it
           auto start = Clock::now();
           std::string err = "(no error)";
           try {
             if (c.rank < 2)
               pg->all_reduce(Tensor::of(v));
-            else if (variant == 0)
+            else if (variant % 2 == 0)
               pg->broadcast(Tensor::of(v), 0);
             else
               pg->all_reduce(Tensor::of(iv));
@@ -196,15 +201,15 @@ TEST(MismatchedCollectives, OnOneHostSharedMemory) {
           EXPECT_LT(Clock::now() - start, seconds(6)) << err;  // before the 8 s deadline
           EXPECT_TRUE(contains(err, "MismatchError: ")) << err;
           EXPECT_TRUE(contains(err, "shm_direct")) << err;
-          EXPECT_TRUE(contains(err, "all_reduce(float32[64], sum)")) << err;
+          EXPECT_TRUE(contains(err, "all_reduce(" + f32 + ", sum)")) << err;
           // Between them the ranks' errors name both calls.
           std::string key = "err" + std::to_string(variant) + "/";
           c.store->set(key + std::to_string(c.rank), err);
           c.store->wait({key + "0", key + "1", key + "2", key + "3"});
           std::string all;
           for (int k = 0; k < 4; ++k) all += c.store->get_string(key + std::to_string(k));
-          EXPECT_TRUE(contains(
-              all, variant == 0 ? "broadcast(float32[64], root 0)" : "all_reduce(int32[64], sum)"))
+          EXPECT_TRUE(contains(all, variant % 2 == 0 ? "broadcast(" + f32 + ", root 0)"
+                                                     : "all_reduce(" + i32 + ", sum)"))
               << all;
           // The group's shared-memory collectives are unusable now: a clear error, no hang.
           std::string later;

@@ -1,6 +1,7 @@
 // all_reduce by direct reads. Three regimes by size:
 // - small (a small slot): every rank writes its input next to its flag, and reduces all the
-//   slots in rank order (one step, identical bits on every rank);
+//   slots in rank order (one step, identical bits on every rank); up to 16 bytes per rank the
+//   slots of all ranks share a line (team.h, SharedSlot);
 // - medium (one staging buffer): the same through the staging buffers;
 // - large: chunks pipelined through three rotating staging buffers; per chunk each rank
 //   copies in the parts its peers reduce, reduces its own slice straight from every peer's
@@ -21,14 +22,14 @@ constexpr size_t kDirectMax = 64 * 1024;
 // Sums a few elements of every rank's slot in rank order, as the kernels would (one
 // rounding per addition in the element type; integers wrap): a kernel call costs more than
 // the arithmetic of a latency-bound message.
-template <class T, class Acc = T>
-void tiny_sum(Team& t, int p, void* out, size_t count) {
+template <class T, class Acc = T, class Payload>
+void tiny_sum(Team& t, Payload payload, void* out, size_t count) {
   for (size_t i = 0; i < count; ++i) {
     T x;
-    std::memcpy(&x, t.small_payload(0, p) + i * sizeof(T), sizeof(T));
+    std::memcpy(&x, payload(0) + i * sizeof(T), sizeof(T));
     Acc acc = static_cast<Acc>(x);
     for (int r = 1; r < t.size(); ++r) {
-      std::memcpy(&x, t.small_payload(r, p) + i * sizeof(T), sizeof(T));
+      std::memcpy(&x, payload(r) + i * sizeof(T), sizeof(T));
       acc = static_cast<Acc>(acc + static_cast<Acc>(x));
     }
     x = static_cast<T>(acc);
@@ -36,37 +37,56 @@ void tiny_sum(Team& t, int p, void* out, size_t count) {
   }
 }
 
-bool tiny(Team& t, int p, void* out, size_t count, const Reducer& red) {
+// `payload(r)`: rank r's contribution.
+template <class Payload>
+bool tiny(Team& t, Payload payload, void* out, size_t count, const Reducer& red) {
   if (count > 8 || (red.op() != ReduceOp::SUM && red.op() != ReduceOp::AVG)) return false;
   switch (red.dtype()) {
     case DType::Float32:
-      tiny_sum<float>(t, p, out, count);
+      tiny_sum<float>(t, payload, out, count);
       return true;
     case DType::Float64:
-      tiny_sum<double>(t, p, out, count);
+      tiny_sum<double>(t, payload, out, count);
       return true;
     case DType::Int32:
-      tiny_sum<int32_t, uint32_t>(t, p, out, count);
+      tiny_sum<int32_t, uint32_t>(t, payload, out, count);
       return true;
     case DType::Int64:
-      tiny_sum<int64_t, uint64_t>(t, p, out, count);
+      tiny_sum<int64_t, uint64_t>(t, payload, out, count);
       return true;
     default:
       return false;
   }
 }
 
-void small(Team& t, const void* in, void* out, size_t count, const Reducer& red) {
+// Reduces every rank's contribution (`payload(r)`) in rank order into `out`.
+template <class Payload>
+void reduce_all(Team& t, Payload payload, void* out, size_t count, const Reducer& red) {
   const int n = t.size();
+  if (!tiny(t, payload, out, count, red)) {
+    red.merge(out, payload(0), payload(1), count);
+    for (int r = 2; r < n; ++r) red.merge(out, out, payload(r), count);
+  }
+  red.finish(out, count, n);
+}
+
+void small(Team& t, const void* in, void* out, size_t count, const Reducer& red) {
+  if (t.fits_shared(count * red.esize())) {
+    // The tiniest: every rank's slot in one shared line.
+    const int p = t.acquire_shared(kOp);
+    red.load(t.shared_payload(t.rank(), p), in, count);
+    const uint64_t v = t.post_shared(p);
+    t.wait_shared_all(p, v, kOp);
+    reduce_all(
+        t, [&](int r) { return t.shared_payload(r, p); }, out, count, red);
+    return;
+  }
   const int p = t.acquire_small(kOp);
   red.load(t.small_payload(t.rank(), p), in, count);
   const uint64_t v = t.post_small(p);
   t.wait_small_all(p, v, kOp);
-  if (!tiny(t, p, out, count, red)) {
-    red.merge(out, t.small_payload(0, p), t.small_payload(1, p), count);
-    for (int r = 2; r < n; ++r) red.merge(out, out, t.small_payload(r, p), count);
-  }
-  red.finish(out, count, n);
+  reduce_all(
+      t, [&](int r) { return t.small_payload(r, p); }, out, count, red);
 }
 
 void direct(Team& t, const void* in, void* out, size_t count, const Reducer& red) {

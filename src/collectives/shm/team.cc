@@ -12,6 +12,7 @@
 #include <chrono>
 #include <climits>
 #include <ctime>
+#include <initializer_list>
 
 #include "collectives/types.h"
 #include "tpcomm/error.hpp"
@@ -64,7 +65,21 @@ Team::Team(int rank, int size, std::vector<uint8_t*> bases, size_t staging_bytes
 uint64_t Team::progress(int r) const {
   uint64_t v = flag(r)->seq.load(std::memory_order_acquire);
   v = std::max(v, slot(r, 0)->seq.load(std::memory_order_acquire));
-  return std::max(v, slot(r, 1)->seq.load(std::memory_order_acquire));
+  v = std::max(v, slot(r, 1)->seq.load(std::memory_order_acquire));
+  if (size_ <= kSharedMaxRanks) {
+    v = std::max(v, shared(r, 0)->seq.load(std::memory_order_acquire));
+    v = std::max(v, shared(r, 1)->seq.load(std::memory_order_acquire));
+  }
+  return v;
+}
+
+uint32_t Team::call_hash(const CallSig& s) {
+  uint64_t h = 0x9e3779b97f4a7c15ull;
+  for (uint64_t x : {uint64_t{s.op}, uint64_t{s.dtype}, uint64_t{s.redop},
+                     static_cast<uint64_t>(static_cast<uint32_t>(s.root)), s.count}) {
+    h ^= x + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+  }
+  return static_cast<uint32_t>(h ^ (h >> 32));
 }
 
 void Team::wake_sleepers(std::atomic<uint64_t>& word) {
@@ -86,6 +101,7 @@ void Team::begin_call(const CallSig& s) {
   sig_.call = ++calls_begun_;
   call_base_ = phase_;
   flag(rank_)->calls[sig_.call % kCallRing] = sig_;  // published by this call's first post
+  shared_sig_ = uint64_t{sig_.call} << 32 | call_hash(sig_);
 }
 
 namespace {
@@ -132,6 +148,14 @@ void Team::poison() {
     slot(rank_, p)->call = sig_;
     w.store(kPoison | w.load(std::memory_order_relaxed), std::memory_order_seq_cst);
     futex_wake_all(w);
+  }
+  if (size_ <= kSharedMaxRanks) {
+    for (int p = 0; p < 2; ++p) {
+      std::atomic<uint64_t>& w = shared(rank_, p)->seq;
+      shared(rank_, p)->sig = shared_sig_;
+      w.store(kPoison | w.load(std::memory_order_relaxed), std::memory_order_seq_cst);
+      futex_wake_all(w);
+    }
   }
   f->seq.store(kPoison | f->seq.load(std::memory_order_relaxed), std::memory_order_seq_cst);
   futex_wake_all(f->seq);
@@ -190,6 +214,11 @@ void Team::wait_until(int r, std::atomic<uint64_t>& word, uint64_t v, Ready read
     _mm_pause();
     if (ready()) return;
     if ((i & 31) != 0) continue;
+    // The peer reached step v on another counter (a shared slot, a small slot, the flag):
+    // it runs another collective, or the same with another size regime.
+    const uint64_t elsewhere = progress(r);
+    if (elsewhere >= v && elsewhere < kPoison && !ready())
+      mismatch(r, flag(r)->calls[sig_.call % kCallRing]);
     const auto now = Clock::now();
     if (now < spin_end) continue;
     if (now >= dl_.when()) {
@@ -265,6 +294,53 @@ void Team::wait_small_all(int p, uint64_t v, const char* what) {
       }
       if (missing.empty()) missing.push_back(r);
       timeout(missing, v, what);
+    }
+  }
+}
+
+int Team::acquire_shared(const char* what) {
+  int p = next_shared_;
+  next_shared_ ^= 1;
+  for (int r = 0; r < size_; ++r) {
+    if (r != rank_) wait_peer(r, shared_release_[p], what);
+  }
+  return p;
+}
+
+uint64_t Team::post_shared(int p) {
+  SharedSlot* s = shared(rank_, p);
+  s->sig = shared_sig_;
+  s->seq.store(++phase_, std::memory_order_seq_cst);
+  wake_sleepers(s->seq);
+  shared_release_[p] = phase_ + 1;
+  return phase_;
+}
+
+void Team::wait_shared_all(int p, uint64_t v, const char* what) {
+  for (int i = 1; i < size_; ++i) {
+    const int r = (rank_ + i) % size_;
+    SharedSlot* s = shared(r, p);
+    uint64_t seen = 0;
+    try {
+      wait_until(
+          r, s->seq, v, [&] { return (seen = s->seq.load(std::memory_order_acquire)) >= v; }, what);
+    } catch (const TimeoutError&) {
+      std::vector<int> missing;
+      for (int j = 1; j < size_; ++j) {
+        const int q = (rank_ + j) % size_;
+        if (shared(q, p)->seq.load(std::memory_order_acquire) < v) missing.push_back(q);
+      }
+      if (missing.empty()) missing.push_back(r);
+      timeout(missing, v, what);
+    }
+    // The peer's CallSig is read from its flag line only when the short form differs.
+    const uint64_t sig = s->sig;
+    const CallSig& theirs = flag(r)->calls[(sig >> 32) % kCallRing];
+    known_[r] = std::max(known_[r], check_poison(r, seen, v, theirs));
+    if (sig != shared_sig_) {
+      check_call(r, v, theirs);
+    } else if (v > call_base_) {
+      checked_[r] = sig_.call;
     }
   }
 }

@@ -81,6 +81,25 @@ struct alignas(kLine) StepDesc {
 inline constexpr size_t kSmallBytes = 8192;
 inline constexpr size_t kSmallSlotStride = (kSmallHeader + kSmallBytes + kLine - 1) / kLine * kLine;
 
+/// A shared slot: for the tiniest messages every rank's slot of a call lies in the same line
+/// (two ranks per 64 bytes) of rank 0's segment, each rank writing only its own 32 bytes. A
+/// line that both ranks write moves between the two cores once per step, where one line per
+/// rank moves twice (the owner takes it back, then the reader fetches it): measured here, an
+/// exchange of 8 bytes costs 0.14 us this way against 0.21 us with a line each.
+struct alignas(32) SharedSlot {
+  std::atomic<uint64_t> seq;
+  /// The call (CallSig::call) << 32 | call_hash() of its arguments: a waiter compares it with
+  /// its own, and only on a difference reads the full CallSig from the peer's flag line.
+  uint64_t sig;
+  uint8_t payload[16];
+};
+static_assert(sizeof(SharedSlot) == 32);
+/// Payload bytes of a shared slot, and the most ranks the shared slots serve.
+inline constexpr size_t kSharedBytes = sizeof(SharedSlot::payload);
+inline constexpr int kSharedMaxRanks = 64;
+/// Bytes of one parity's shared slots (they alternate like the small slots).
+inline constexpr size_t kSharedArea = kSharedMaxRanks * sizeof(SharedSlot);
+
 /// Staging buffers per rank: three let all_reduce post once per chunk (peers still read
 /// the previous chunk's result while this rank fills the next).
 inline constexpr int kBuffers = 3;
@@ -89,7 +108,8 @@ inline constexpr int kBuffers = 3;
 inline constexpr size_t kFlagOffset = kLine;
 inline constexpr size_t kSmallOffset = 2 * kLine;
 inline constexpr size_t kDescOffset = kSmallOffset + 2 * kSmallSlotStride;
-inline constexpr size_t kStagingOffset = (kDescOffset + kBuffers * kLine + 4095) / 4096 * 4096;
+inline constexpr size_t kSharedOffset = kDescOffset + kBuffers * kLine;  // rank 0's segment
+inline constexpr size_t kStagingOffset = (kSharedOffset + 2 * kSharedArea + 4095) / 4096 * 4096;
 
 /// One rank's view of the host's segments, with the phase protocol.
 class Team {
@@ -136,6 +156,18 @@ class Team {
   /// Payload of small slot `p` of rank `r`.
   uint8_t* small_payload(int r, int p) const { return slot(r, p)->payload; }
 
+  /// True when a message of `bytes` per rank fits the shared slots (and the group is small
+  /// enough for them).
+  bool fits_shared(size_t bytes) const { return bytes <= kSharedBytes && size_ <= kSharedMaxRanks; }
+  /// Payload of rank `r`'s shared slot `p`.
+  uint8_t* shared_payload(int r, int p) const { return shared(r, p)->payload; }
+  /// Shared slot for the next message (alternates), free for writing.
+  int acquire_shared(const char* what);
+  /// Publishes the next phase in this rank's shared slot `p` (its payload written before).
+  uint64_t post_shared(int p);
+  /// Waits until every other rank has posted phase `v` in its shared slot `p`.
+  void wait_shared_all(int p, uint64_t v, const char* what);
+
   /// The staging buffer the next chunked step uses (they rotate), after waiting until no
   /// peer still reads it. `what` names the operation for a timeout.
   int acquire_buf(const char* what);
@@ -175,6 +207,11 @@ class Team {
   SmallSlot* slot(int r, int p) const {
     return reinterpret_cast<SmallSlot*>(bases_[r] + kSmallOffset + p * kSmallSlotStride);
   }
+  SharedSlot* shared(int r, int p) const {
+    return reinterpret_cast<SharedSlot*>(bases_[0] + kSharedOffset + p * kSharedArea) + r;
+  }
+  /// 32 bits of the call's arguments (op, dtype, reduce op, root, count) for SharedSlot::sig.
+  static uint32_t call_hash(const CallSig& s);
   uint64_t progress(int r) const;
   void wake_sleepers(std::atomic<uint64_t>& word);
   // Spins, yields, then sleeps until `ready()`; `word` is what a sleeper waits on.
@@ -221,6 +258,9 @@ class Team {
   std::vector<uint32_t> checked_;  // the call each peer was last checked in
   uint64_t buf_release_[kBuffers] = {0, 0, 0};
   uint64_t small_release_[2] = {0, 0};
+  uint64_t shared_release_[2] = {0, 0};
+  int next_shared_ = 0;
+  uint64_t shared_sig_ = 0;  // sig_.call << 32 | call_hash(sig_), set by begin_call
   int next_buf_ = 0;
   int next_small_ = 0;
   Deadline dl_ = Deadline::never();
