@@ -1,5 +1,6 @@
 // Fuzz target: the p2p protocol's message decoder and the tcp transport's handshake and frame
-// decoders must refuse garbage with a reason, never crash or over-read (DESIGN.md 5).
+// decoders must refuse garbage with a reason, never crash or over-read (DESIGN.md 5); the
+// latency path's eager parse must agree with the decoder.
 #include <cstdint>
 #include <cstring>
 #include <span>
@@ -18,6 +19,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   int32_t peer = static_cast<int32_t>(raw);
   auto d = tpcomm::p2p::decode(std::span<const uint8_t>(data, size), peer, &err);
   if (d && d->header.type == tpcomm::p2p::MsgType::Eager && d->payload.size() != d->header.bytes)
+    __builtin_trap();
+  // The latency path's parse accepts exactly the eager messages decode() accepts, with the
+  // same header.
+  tpcomm::p2p::Header e;
+  const bool fast = tpcomm::p2p::parse_eager(std::span<const uint8_t>(data, size), peer, &e);
+  const bool eager = d && d->header.type == tpcomm::p2p::MsgType::Eager;
+  if (fast != eager) __builtin_trap();
+  if (fast && (e.dtype != d->header.dtype || e.credits != d->header.credits ||
+               e.group != d->header.group || e.src != d->header.src || e.tag != d->header.tag ||
+               e.seq != d->header.seq || e.bytes != d->header.bytes))
     __builtin_trap();
   tpcomm::tcp::Hello h;
   tpcomm::tcp::decode_hello(data, size, &h, &err);
