@@ -106,16 +106,15 @@ void Engine::post_send(const GroupInfo& g, int dst, int tag, const Tensor& t,
     l->seq_group = g.id;
     l->seq_tag = tag;
   }
-  op->seq = (*l->seq_counter)++;
   op->link = l;
   Header h;
   h.group = g.id;
   h.src = opt_.rank;
   h.tag = tag;
-  h.seq = op->seq;
   h.dtype = t.dtype;
   h.bytes = t.nbytes();
   if (h.bytes <= l->eager_limit) {
+    op->seq = h.seq = (*l->seq_counter)++;
     uint8_t hdr[kHeaderSize];
     encode_header(h, hdr);
     op->stage = Op::Stage::Posted;
@@ -123,9 +122,13 @@ void Engine::post_send(const GroupInfo& g, int dst, int tag, const Tensor& t,
     return;
   }
   h.type = MsgType::Rts;
+  // Registration and the table may refuse (device memory, no room): the message takes its
+  // sequence number only after them, so a refused send leaves no gap that would stall every
+  // later message of this (group, peer, tag) at the receiver.
   op->mr = l->slot->tr->register_memory(t.data, h.bytes, t.device);
   op->stage = Op::Stage::Posted;
   ops_.add(op);
+  op->seq = h.seq = (*l->seq_counter)++;
   uint8_t hdr[kRtsSize];
   encode_rts(h, Rts{op->id}, hdr);
   send_msg_locked(*l, hdr, kRtsSize, nullptr, 0, nullptr);

@@ -18,6 +18,11 @@ struct Pools {
   std::vector<P2PWork*> works;
   std::vector<void*> blocks;  ///< control blocks, all of one size (block_bytes)
   size_t block_bytes = 0;
+  // Reserved, so that returning into a pool (inside a deleter) never allocates or throws.
+  Pools() {
+    works.reserve(kPoolMax);
+    blocks.reserve(kPoolMax);
+  }
   ~Pools() {
     for (P2PWork* w : works) P2PWork::Recycle::destroy(w);
     for (void* b : blocks) ::operator delete(b);
@@ -49,6 +54,11 @@ Pools* this_thread_pools() {
   return r.pools;
 }
 
+// The pools of a thread that has made Works, else null: a thread that only releases them (the
+// engine's progress thread completing async operations) deletes instead of hoarding Works
+// that it never reuses.
+Pools* existing_pools() { return t_ref.pools; }
+
 // Allocator of the Work's control block (std::shared_ptr with a deleter allocates one). It
 // allocates from the making thread's pool and frees into the freeing thread's.
 template <class T>
@@ -67,7 +77,7 @@ struct BlockAlloc {
     return static_cast<T*>(::operator new(n * sizeof(T)));
   }
   void deallocate(T* p, size_t n) {
-    Pools* here = this_thread_pools();
+    Pools* here = existing_pools();
     if (n == 1 && here && here->blocks.size() < kPoolMax &&
         (here->block_bytes == sizeof(T) || here->blocks.empty())) {
       here->block_bytes = sizeof(T);
@@ -89,7 +99,7 @@ void P2PWork::Recycle::destroy(P2PWork* w) { delete w; }
 void P2PWork::Recycle::operator()(P2PWork* w) const {
   // Nothing refers to the op now (the engine held it through this very count).
   w->op_.reset();
-  Pools* here = this_thread_pools();
+  Pools* here = existing_pools();
   if (here && here->works.size() < kPoolMax && !w->group_.expired()) {
     here->works.push_back(w);
     return;
@@ -114,11 +124,15 @@ P2PWork::Made P2PWork::make(const std::shared_ptr<GroupState>& group) {
         break;
       }
     }
-    // Works of dead groups leave the pool as new ones are made.
-    while (!w && !pool.empty() && pool.front()->group_.expired()) {
-      Recycle::destroy(pool.front());
-      pool.front() = pool.back();
-      pool.pop_back();
+    // Works of dead groups leave the pool (they keep the group's storage allocated through
+    // their weak references) whenever a new Work has to be made.
+    if (!w) {
+      for (size_t i = pool.size(); i-- > 0;) {
+        if (!pool[i]->group_.expired()) continue;
+        Recycle::destroy(pool[i]);
+        pool[i] = pool.back();
+        pool.pop_back();
+      }
     }
   }
   if (!w) w = new P2PWork(group);

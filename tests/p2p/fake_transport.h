@@ -15,6 +15,9 @@ struct FakeOptions {
   size_t max_message = 4096;
   size_t max_put = SIZE_MAX;
   bool reorder = false;  ///< deliver each progress() batch in random order
+  /// register_memory() throws TransportError for regions of exactly this many bytes (0: never),
+  /// as a NIC that cannot pin a buffer does.
+  size_t refuse_register_bytes = 0;
 };
 
 /// Registers the transport "fake" with these options (replacing an earlier registration).

@@ -83,6 +83,8 @@ class FakeTransport : public Transport {
   Endpoint& connect(int peer, std::span<const uint8_t> addr,
                     std::chrono::steady_clock::time_point) override;
   std::unique_ptr<MemoryRegion> register_memory(void* addr, size_t len, Device d) override {
+    if (opt_.refuse_register_bytes != 0 && len == opt_.refuse_register_bytes)
+      throw TransportError("fake: cannot register " + std::to_string(len) + " bytes");
     return std::make_unique<FakeRegion>(addr, len, d);
   }
   int progress(EventSink& sink) override;

@@ -80,6 +80,33 @@ void flood(bool reorder) {
   EXPECT_LE(fake_max_slots_used().load(), fo.recv_slots);
 }
 
+// A rendezvous send the transport cannot register fails at once, and takes no sequence
+// number: the messages after it on the same group, peer and tag still arrive (a gap in the
+// numbers would leave the receiver waiting for the refused one forever).
+TEST(P2PFake, RefusedRegistrationLeavesNoSequenceGap) {
+  FakeOptions fo;
+  fo.max_message = 1024;
+  fo.refuse_register_bytes = 4 * 3000;
+  register_fake_transport(fo);
+  run_threads(2, [](int me, ProcessGroup& pg) {
+    std::vector<int32_t> refused(3000, 7), big(2000, 8), small(3, 9);
+    if (me == 0) {
+      EXPECT_THROW(pg.isend(Tensor::of(refused), 1, 5), TransportError);
+      pg.send(Tensor::of(big), 1, 5);
+      pg.send(Tensor::of(small), 1, 5);
+    } else {
+      std::vector<int32_t> a(2000, -1), b(3, -1);
+      auto wa = pg.irecv(Tensor::of(a), 0, 5);
+      auto wb = pg.irecv(Tensor::of(b), 0, 5);
+      EXPECT_TRUE(wa->wait(std::chrono::seconds(30)));
+      EXPECT_TRUE(wb->wait(std::chrono::seconds(30)));
+      EXPECT_EQ(a.front(), 8);
+      EXPECT_EQ(a.back(), 8);
+      EXPECT_EQ(b.back(), 9);
+    }
+  });
+}
+
 TEST(P2PFake, CreditsAreNeverExceeded) { flood(false); }
 
 TEST(P2PFake, OutOfOrderDeliveryStillMatchesInSequence) { flood(true); }

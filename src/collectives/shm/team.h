@@ -1,10 +1,15 @@
 // Internal to src/collectives/shm: the state the direct-read algorithms share. Every rank of
 // the host owns one segment (layout below) mapped by all; a rank writes only into its own
-// segment (except the sleepers count) and reads the others'.
+// segment (except the sleepers count, and its own slot among the shared slots in rank 0's
+// segment) and reads the others'.
 //
 // Synchronisation is one monotonic phase counter per rank: all ranks run the same sequence
 // of phases, so phase v means the same step everywhere. post() publishes "my step v is done"
 // (a release store); waiting for a peer is reading its counter until it reaches v (acquire).
+// A rank posts each phase on exactly one of its counters (the flag line, a small slot or a
+// shared slot), in increasing order, and all ranks post a given step on the same kind of
+// counter: a waiter that finds a peer's step on another counter than the awaited one
+// concludes that the ranks run different collectives.
 // A buffer that peers read in phase v may be rewritten once each of them has posted v + 1:
 // release_[] remembers that value per buffer and known_[] the progress already seen from
 // each peer, so the common case costs no extra read.
@@ -89,7 +94,8 @@ inline constexpr size_t kSmallSlotStride = (kSmallHeader + kSmallBytes + kLine -
 struct alignas(32) SharedSlot {
   std::atomic<uint64_t> seq;
   /// The call (CallSig::call) << 32 | call_hash() of its arguments: a waiter compares it with
-  /// its own, and only on a difference reads the full CallSig from the peer's flag line.
+  /// its own, and only on a difference reads the full CallSig from the peer's flag line (two
+  /// different calls whose 32-bit hashes collide, about 2^-32 of mismatched calls, pass).
   uint64_t sig;
   uint8_t payload[16];
 };
