@@ -35,9 +35,12 @@ struct Pass {
 }  // namespace
 
 void ring_reduce_scatter_inplace(CollComm& comm, void* data, size_t count, const Reducer& red,
-                                 const ExecParams& params, int tag) {
+                                 const ExecParams& params, int tag, const void* src) {
   Pass ps(comm, count, red.esize(), params);
   if (ps.n == 1) return;
+  // Each block is merged once per rank (with this rank's contribution), and sent first (step
+  // 0) as this rank's contribution alone: both read `mine`.
+  const void* mine = src != nullptr ? src : data;
   const int nxt = ring::next(ps.rank, ps.n), prv = ring::prev(ps.rank, ps.n);
   const size_t es = ps.esize, W = static_cast<size_t>(ps.window);
   Scratch tmp(W * ps.slot_elems * es);
@@ -53,14 +56,15 @@ void ring_reduce_scatter_inplace(CollComm& comm, void* data, size_t count, const
   };
   auto post_send = [&](size_t g) {
     ring::Range r = ps.range(ring::rs_send_block(ps.rank, ps.n, ps.step(g)), g);
-    sends.push_back(comm.isend(at(data, r.offset * es), r.count * es, nxt, tag));
+    const void* from = ps.step(g) == 0 ? mine : data;
+    sends.push_back(comm.isend(at(from, r.offset * es), r.count * es, nxt, tag));
   };
   for (size_t g = 0; g < W; ++g) post_recv(g);
   for (size_t j = 0; j < ps.S; ++j) post_send(j);
   for (size_t g = 0; g < ps.total; ++g) {
     comm.wait(recvs[g % W]);
     ring::Range r = recv_range(g);
-    red.merge(at(data, r.offset * es), at(data, r.offset * es),
+    red.merge(at(data, r.offset * es), at(mine, r.offset * es),
               tmp.data() + (g % W) * ps.slot_elems * es, r.count);
     if (g + W < ps.total) post_recv(g + W);
     if (g + ps.S < ps.total) post_send(g + ps.S);

@@ -16,6 +16,10 @@ std::span<const AlgoInfo> allreduce_catalogue();
 
 void allreduce_ring(CollComm& comm, void* data, size_t count, const Reducer& red,
                     const ExecParams& params);
+/// Ring out of place: reads this rank's contribution from `input` (not scaled: not for
+/// PREMUL_SUM) and leaves the merge in `data`, without loading `data` first.
+void allreduce_ring_from(CollComm& comm, const void* input, void* data, size_t count,
+                         const Reducer& red, const ExecParams& params);
 void allreduce_tree(CollComm& comm, void* data, size_t count, const Reducer& red,
                     const ExecParams& params);
 void allreduce_recursive_doubling(CollComm& comm, void* data, size_t count, const Reducer& red,

@@ -39,8 +39,13 @@ const AlgoInfo& all_reduce(CollComm& comm, const AllReduceArgs& a) {
                     << reduce_op_name(a.op) << " via " << algo.name;
   const size_t count = static_cast<size_t>(a.input.numel);
   if (count == 0) return algo;
-  red.load(a.output.data, a.input.data, count);
-  kFns[algo.id](comm, a.output.data, count, red, p);
+  if (algo.id == 0 && n > 1 && a.input.data != a.output.data && a.op != ReduceOp::PREMUL_SUM) {
+    // The ring reads the input where it needs it: no copy of the whole input first.
+    allreduce_ring_from(comm, a.input.data, a.output.data, count, red, p);
+  } else {
+    red.load(a.output.data, a.input.data, count);
+    kFns[algo.id](comm, a.output.data, count, red, p);
+  }
   red.finish(a.output.data, count, n);
   return algo;
 }

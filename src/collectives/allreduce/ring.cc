@@ -12,4 +12,10 @@ void allreduce_ring(CollComm& comm, void* data, size_t count, const Reducer& red
   ring_all_gather_inplace(comm, data, count, red.esize(), params, /*tag=*/1);
 }
 
+void allreduce_ring_from(CollComm& comm, const void* input, void* data, size_t count,
+                         const Reducer& red, const ExecParams& params) {
+  ring_reduce_scatter_inplace(comm, data, count, red, params, /*tag=*/0, input);
+  ring_all_gather_inplace(comm, data, count, red.esize(), params, /*tag=*/1);
+}
+
 }  // namespace tpcomm::coll
