@@ -52,6 +52,17 @@ void numel_mismatch(const Tensor& t, const char* what, int64_t expected, const s
   throw InvalidArgument(os.str());
 }
 
+void numel_group(const Tensor& t, const char* what, int64_t per_rank, const char* per_rank_name,
+                 int n, const char* op, int rank) {
+  numel(
+      t, what, per_rank * n,
+      [&] {
+        return "group size " + std::to_string(n) + " x " + per_rank_name + " " +
+               std::to_string(per_rank) + " elements";
+      },
+      op, rank);
+}
+
 void root(int root, int size, const char* op, int rank) {
   if (root >= 0 && root < size) return;
   throw InvalidArgument(where(op, rank) + "root " + std::to_string(root) +

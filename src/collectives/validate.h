@@ -36,6 +36,11 @@ inline void numel(const Tensor& t, const char* what, int64_t expected, Rule&& ru
     numel_mismatch(t, what, expected, std::string(rule), op, rank);
 }
 
+/// t.numel == n x `per_rank` (the elements of `per_rank_name`, e.g. "input", on each rank):
+/// the message reads "group size 3 x input 4 elements".
+void numel_group(const Tensor& t, const char* what, int64_t per_rank, const char* per_rank_name,
+                 int n, const char* op, int rank);
+
 /// 0 <= root < size.
 void root(int root, int size, const char* op, int rank);
 

@@ -26,13 +26,7 @@ const AlgoInfo& all_gather(CollComm& comm, const AllGatherArgs& a) {
   check::tensor(a.input, op, "input", r);
   check::tensor(a.output, op, "output", r);
   check::same_dtype(a.input, "input", a.output, "output", op, r);
-  check::numel(
-      a.output, "output", a.input.numel * n,
-      [&] {
-        return "group size " + std::to_string(n) + " x input " + std::to_string(a.input.numel) +
-               " elements";
-      },
-      op, r);
+  check::numel_group(a.output, "output", a.input.numel, "input", n, op, r);
   ExecParams p = exec_params(a.options, a.input.element_size());
   const AlgoInfo& algo = select_algorithm(CollOp::AllGather, a.output.nbytes(), n, comm.hints(),
                                           a.options, p.slice_bytes);

@@ -28,13 +28,7 @@ const AlgoInfo& gather(CollComm& comm, const GatherArgs& a) {
   if (r == a.root) {
     check::tensor(a.output, op, "output", r);
     check::same_dtype(a.input, "input", a.output, "output", op, r);
-    check::numel(
-        a.output, "output", a.input.numel * n,
-        [&] {
-          return "group size " + std::to_string(n) + " x input " + std::to_string(a.input.numel) +
-                 " elements";
-        },
-        op, r);
+    check::numel_group(a.output, "output", a.input.numel, "input", n, op, r);
   }
   ExecParams p = exec_params(a.options, a.input.element_size());
   const AlgoInfo& algo = select_algorithm(CollOp::Gather, a.input.nbytes() * n, n, comm.hints(),

@@ -28,13 +28,7 @@ const AlgoInfo& reduce_scatter(CollComm& comm, const ReduceScatterArgs& a) {
   check::tensor(a.input, op, "input", r);
   check::tensor(a.output, op, "output", r);
   check::same_dtype(a.input, "input", a.output, "output", op, r);
-  check::numel(
-      a.input, "input", a.output.numel * n,
-      [&] {
-        return "group size " + std::to_string(n) + " x output " + std::to_string(a.output.numel) +
-               " elements";
-      },
-      op, r);
+  check::numel_group(a.input, "input", a.output.numel, "output", n, op, r);
   check::reduce_op(a.op, a.input.dtype, op, r);
   Reducer red(a.input.dtype, a.op, a.premul_scale);
   ExecParams p = exec_params(a.options, red.esize());

@@ -28,13 +28,7 @@ const AlgoInfo& scatter(CollComm& comm, const ScatterArgs& a) {
   if (r == a.root) {
     check::tensor(a.input, op, "input", r);
     check::same_dtype(a.output, "output", a.input, "input", op, r);
-    check::numel(
-        a.input, "input", a.output.numel * n,
-        [&] {
-          return "group size " + std::to_string(n) + " x output " + std::to_string(a.output.numel) +
-                 " elements";
-        },
-        op, r);
+    check::numel_group(a.input, "input", a.output.numel, "output", n, op, r);
   }
   ExecParams p = exec_params(a.options, a.output.element_size());
   const AlgoInfo& algo = select_algorithm(CollOp::Scatter, a.output.nbytes() * n, n, comm.hints(),
