@@ -14,7 +14,6 @@
 // sends in flight, the receiver keeping W receives posted; a new one is posted as soon as the
 // oldest completes), so that the two compare like with like (bench/ucx_compare.sh).
 #include <sched.h>
-#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -23,10 +22,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <stdexcept>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "bench/bench_buffer.h"
 #include "core/config.h"
 #include "tpcomm/tpcomm.hpp"
 #include "tpcomm/transport/transport.hpp"
@@ -34,6 +34,7 @@
 namespace {
 
 using namespace tpcomm;
+using bench::BenchBuffer;
 using Clock = std::chrono::steady_clock;
 
 struct Args {
@@ -46,50 +47,13 @@ struct Args {
   bool thp = false;      // buffers on transparent huge pages (as large-tensor allocators do)
 };
 
-// A page-aligned buffer from mmap; with `thp`, 2 MiB aligned and advised MADV_HUGEPAGE (what
-// a framework's allocator does for large tensors, e.g. PyTorch with THP_MEM_ALLOC_ENABLE=1).
-// The memcpy reference uses the same kind of buffer as the transfers.
-class Buffer {
- public:
-  Buffer() = default;
-  Buffer(size_t bytes, uint8_t fill, bool thp) {
-    constexpr size_t kHuge = 2u << 20;
-    size_ = std::max<size_t>(bytes, 1);
-    map_len_ = size_ + (thp ? kHuge : 0);
-    void* p = mmap(nullptr, map_len_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) throw std::runtime_error("p2p_bench: mmap of a buffer failed");
-    map_ = static_cast<uint8_t*>(p);
-    data_ = map_;
-    if (thp) {
-      data_ = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(map_) + kHuge - 1) &
-                                         ~uintptr_t(kHuge - 1));
-      madvise(data_, size_, MADV_HUGEPAGE);
-    }
-    std::memset(data_, fill, size_);
-  }
-  Buffer(Buffer&& o) noexcept { swap(o); }
-  Buffer& operator=(Buffer&& o) noexcept {
-    swap(o);
-    return *this;
-  }
-  Buffer(const Buffer&) = delete;
-  Buffer& operator=(const Buffer&) = delete;
-  ~Buffer() {
-    if (map_) munmap(map_, map_len_);
-  }
-  uint8_t* data() const { return data_; }
-
- private:
-  void swap(Buffer& o) {
-    std::swap(map_, o.map_);
-    std::swap(data_, o.data_);
-    std::swap(size_, o.size_);
-    std::swap(map_len_, o.map_len_);
-  }
-  uint8_t* map_ = nullptr;
-  uint8_t* data_ = nullptr;
-  size_t size_ = 0, map_len_ = 0;
-};
+// A buffer of `bytes` filled with `fill`, on huge pages with `thp` (tpbench's buffers: the
+// memcpy reference uses the same kind as the transfers).
+std::unique_ptr<BenchBuffer> buffer(size_t bytes, uint8_t fill, bool thp) {
+  auto b = std::make_unique<BenchBuffer>(bytes, thp);
+  std::memset(b->data(), fill, bytes);
+  return b;
+}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -108,15 +72,15 @@ std::string human(size_t b) {
 }
 
 double memcpy_gbps(size_t bytes, bool thp) {
-  Buffer a(bytes, 1, thp), b(bytes, 2, thp);
+  auto a = buffer(bytes, 1, thp), b = buffer(bytes, 2, thp);
   int reps = static_cast<int>(std::max<size_t>(3, (256u << 20) / std::max<size_t>(bytes, 1)));
   reps = std::min(reps, 100000);
   std::vector<double> t;
   for (int s = 0; s < 5; ++s) {
     auto t0 = Clock::now();
     for (int i = 0; i < reps; ++i) {
-      std::memcpy(b.data(), a.data(), bytes);
-      asm volatile("" : : "r"(b.data()) : "memory");
+      std::memcpy(b->data(), a->data(), bytes);
+      asm volatile("" : : "r"(b->data()) : "memory");
     }
     t.push_back(std::chrono::duration<double>(Clock::now() - t0).count() / reps);
   }
@@ -127,7 +91,7 @@ double memcpy_gbps(size_t bytes, bool thp) {
 // tag_bw); both sides wait for their oldest operation before posting the next. Returns GB/s
 // on rank 0 (after the receiver's ack), 0 on rank 1.
 double stream_bw(ProcessGroup& pg, int rank, size_t bytes, int window, int count,
-                 const Buffer& sbuf, const std::vector<Buffer>& rbufs) {
+                 const BenchBuffer& sbuf, const std::vector<std::unique_ptr<BenchBuffer>>& rbufs) {
   int peer = 1 - rank;
   int64_t ack = 0;
   pg.send(Tensor::of(&ack, 1), peer, 1);  // both sides: line up
@@ -139,7 +103,7 @@ double stream_bw(ProcessGroup& pg, int rank, size_t bytes, int window, int count
     if (w) w->wait();
     w = rank == 0
             ? pg.isend(Tensor::raw(sbuf.data(), static_cast<int64_t>(bytes), DType::UInt8), peer, 2)
-            : pg.irecv(Tensor::raw(rbufs[static_cast<size_t>(i % window)].data(),
+            : pg.irecv(Tensor::raw(rbufs[static_cast<size_t>(i % window)]->data(),
                                    static_cast<int64_t>(bytes), DType::UInt8),
                        peer, 2);
   }
@@ -160,23 +124,23 @@ void run_rank(int rank, const std::string& dir, const std::string& transport, co
   o.backend = transport;
   auto pg = ProcessGroup::create(store, rank, 2, o);
   int peer = 1 - rank;
-  Buffer buf(a.max, 1, a.thp), buf2(a.max, 2, a.thp);
+  auto buf = buffer(a.max, 1, a.thp), buf2 = buffer(a.max, 2, a.thp);
   int64_t ack = 0;
-  std::vector<Buffer> rbufs;
+  std::vector<std::unique_ptr<BenchBuffer>> rbufs;
   if (rank == 0 && !a.csv) {
     std::printf("\n%s transport (2 ranks, tpcomm ProcessGroup send/recv)\n", transport.c_str());
     std::printf("%12s %12s %12s %12s\n", "size", "lat_us", "bw_GBps", "memcpy_GBps");
   }
   if (a.stream > 0) {
     while (rank == 1 && static_cast<int>(rbufs.size()) < a.stream)
-      rbufs.emplace_back(a.max, 0, a.thp);
+      rbufs.push_back(buffer(a.max, 0, a.thp));
     for (size_t bytes = a.min; bytes <= a.max; bytes *= 2) {
       // About 0.25 s of data at 4 GB/s per sample, at least 2 windows; median of 5 samples.
       int count = static_cast<int>(std::max<size_t>(2 * a.stream, (1ull << 30) / bytes));
-      stream_bw(*pg, rank, bytes, a.stream, a.stream, buf, rbufs);  // warm-up
+      stream_bw(*pg, rank, bytes, a.stream, a.stream, *buf, rbufs);  // warm-up
       std::vector<double> bw;
       for (int s = 0; s < 5; ++s)
-        bw.push_back(stream_bw(*pg, rank, bytes, a.stream, count, buf, rbufs));
+        bw.push_back(stream_bw(*pg, rank, bytes, a.stream, count, *buf, rbufs));
       if (rank == 0) {
         if (a.csv)
           std::printf("%s,%zu,,%.3f,\n", transport.c_str(), bytes, median(bw));
@@ -189,8 +153,8 @@ void run_rank(int rank, const std::string& dir, const std::string& transport, co
     return;
   }
   for (size_t bytes = a.min; bytes <= a.max; bytes *= 2) {
-    Tensor t = Tensor::raw(buf.data(), static_cast<int64_t>(bytes), DType::UInt8);
-    Tensor t2 = Tensor::raw(buf2.data(), static_cast<int64_t>(bytes), DType::UInt8);
+    Tensor t = Tensor::raw(buf->data(), static_cast<int64_t>(bytes), DType::UInt8);
+    Tensor t2 = Tensor::raw(buf2->data(), static_cast<int64_t>(bytes), DType::UInt8);
     // Latency: ping-pong.
     int iters = bytes <= 65536 ? 2000 : bytes <= (4u << 20) ? 100 : 5;
     std::vector<double> rtt;
@@ -212,7 +176,7 @@ void run_rank(int rank, const std::string& dir, const std::string& transport, co
     int window = bytes <= 65536 ? 64 : bytes <= (4u << 20) ? 16 : bytes <= (32u << 20) ? 4 : 2;
     // Receives in flight together need their own buffers.
     while (rank == 1 && static_cast<int>(rbufs.size()) < window)
-      rbufs.emplace_back(a.max, 0, a.thp);
+      rbufs.push_back(buffer(a.max, 0, a.thp));
     int rounds = bytes <= (1u << 20) ? 20 : bytes <= (32u << 20) ? 4 : 2;
     std::vector<double> bw;
     std::vector<std::shared_ptr<Work>> works(window);
@@ -223,8 +187,8 @@ void run_rank(int rank, const std::string& dir, const std::string& transport, co
       for (int r = 0; r < rounds; ++r) {
         for (int i = 0; i < window; ++i)
           works[i] = rank == 0 ? pg->isend(t, peer, 2)
-                               : pg->irecv(Tensor::raw(rbufs[i].data(), static_cast<int64_t>(bytes),
-                                                       DType::UInt8),
+                               : pg->irecv(Tensor::raw(rbufs[i]->data(),
+                                                       static_cast<int64_t>(bytes), DType::UInt8),
                                            peer, 2);
         for (auto& w : works) w->wait();
       }

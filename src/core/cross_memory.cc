@@ -65,42 +65,40 @@ std::string probe_cross_memory(pid_t pid, uint64_t addr, uint64_t cookie) {
   return why;
 }
 
-int cross_memory_write(pid_t pid, const void* src, uint64_t dst, size_t len) {
-  const auto* s = static_cast<const uint8_t*>(src);
+namespace {
+
+// Runs `op` (process_vm_readv or process_vm_writev) over [local, +len) <-> [remote, +len) in
+// calls of at most `piece` bytes, resuming after partial transfers and EINTR: 0 or an errno.
+template <class Op>
+int transfer(Op op, pid_t pid, uint8_t* local, uint64_t remote, size_t len, size_t piece) {
+  if (piece == 0) piece = len;
   while (len > 0) {
-    iovec local{const_cast<uint8_t*>(s), len};
-    iovec remote{reinterpret_cast<void*>(dst), len};
-    ssize_t n = ::process_vm_writev(pid, &local, 1, &remote, 1, 0);
+    const size_t want = std::min(len, piece);
+    iovec l{local, want};
+    iovec r{reinterpret_cast<void*>(remote), want};
+    ssize_t n = op(pid, &l, 1, &r, 1, 0);
     if (n < 0) {
       if (errno == EINTR) continue;
       return errno;
     }
     if (n == 0) return EFAULT;
-    s += n;
-    dst += static_cast<uint64_t>(n);
+    local += n;
+    remote += static_cast<uint64_t>(n);
     len -= static_cast<size_t>(n);
   }
   return 0;
 }
 
+}  // namespace
+
+int cross_memory_write(pid_t pid, const void* src, uint64_t dst, size_t len) {
+  // process_vm_writev only reads the local iovec.
+  return transfer(::process_vm_writev, pid, static_cast<uint8_t*>(const_cast<void*>(src)), dst, len,
+                  0);
+}
+
 int cross_memory_read(pid_t pid, void* dst, uint64_t src, size_t len, size_t piece) {
-  auto* d = static_cast<uint8_t*>(dst);
-  if (piece == 0) piece = len;
-  while (len > 0) {
-    const size_t want = std::min(len, piece);
-    iovec local{d, want};
-    iovec remote{reinterpret_cast<void*>(src), want};
-    ssize_t n = ::process_vm_readv(pid, &local, 1, &remote, 1, 0);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return errno;
-    }
-    if (n == 0) return EFAULT;
-    d += n;
-    src += static_cast<uint64_t>(n);
-    len -= static_cast<size_t>(n);
-  }
-  return 0;
+  return transfer(::process_vm_readv, pid, static_cast<uint8_t*>(dst), src, len, piece);
 }
 
 }  // namespace tpcomm::xmem

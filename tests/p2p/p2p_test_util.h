@@ -3,12 +3,17 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "common/ibverbs_device.h"
 #include "common/multiproc.h"
+#include "core/config.h"
+#include "core/log.h"
 #include "tpcomm/tpcomm.hpp"
 #include "tpcomm/transport/transport.hpp"
 
@@ -30,6 +35,38 @@ inline std::shared_ptr<ProcessGroup> make_world(
   o.backend = backend;
   o.timeout = timeout;
   return ProcessGroup::create(c.store, c.rank, c.world_size, o);
+}
+
+/// Sends this forked rank's log to a file of its own in the test's directory (set
+/// TPCOMM_DEBUG and TPCOMM_DEBUG_SUBSYS in RunOptions::env); returns its path.
+inline std::string log_to_rank_file(RankContext& c) {
+  std::string path = c.dir + "/rank" + std::to_string(c.rank) + ".log";
+  setenv("TPCOMM_DEBUG_FILE", path.c_str(), 1);
+  config::reload();
+  log::reload();
+  return path;
+}
+
+/// The whole content of a file ("" when it cannot be read).
+inline std::string read_file(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+/// One exchange with the other rank of a 2-rank world over backend "auto", logging to a file
+/// of this rank's: returns the log (the link choice is in it).
+inline std::string exchange_logging_links(RankContext& c) {
+  std::string path = log_to_rank_file(c);
+  auto pg = make_world(c, "auto");
+  int32_t x = c.rank, y = -1;
+  auto rw = pg->irecv(Tensor::of(&y, 1), 1 - c.rank);
+  pg->send(Tensor::of(&x, 1), 1 - c.rank);
+  rw->wait();
+  EXPECT_EQ(y, 1 - c.rank);
+  pg->destroy();
+  return read_file(path);
 }
 
 /// Fills `buf` (bytes of elements of `t`) with a pattern that depends on (seed, index) and

@@ -1,8 +1,6 @@
 // Tier (b): a two-"host" job on one machine. Ranks 0 and 1 claim host A at 127.0.0.2,
 // ranks 2 and 3 host B at 127.0.0.3 (TPCOMM_HOSTID, TPCOMM_SOCKET_ADDR). Links within a
 // host use shm, links between hosts tcp, and each rank's log says so.
-#include <fstream>
-#include <sstream>
 
 #include "net/socket.h"
 #include "p2p/p2p_test_util.h"
@@ -28,10 +26,7 @@ TEST(TwoHosts, ShmWithinAHostTcpBetweenHosts) {
   auto r = run_ranks(
       4,
       [&](RankContext& c) {
-        std::string log = c.dir + "/rank" + std::to_string(c.rank) + ".log";
-        setenv("TPCOMM_DEBUG_FILE", log.c_str(), 1);
-        config::reload();
-        log::reload();
+        std::string log = log_to_rank_file(c);
         auto pg = make_world(c, "auto");
         int me = c.rank;
         // Everyone exchanges with everyone, small and large.
@@ -52,10 +47,7 @@ TEST(TwoHosts, ShmWithinAHostTcpBetweenHosts) {
             }
           }
         }
-        std::ifstream f(log);
-        std::stringstream ss;
-        ss << f.rdbuf();
-        std::string text = ss.str();
+        std::string text = read_file(log);
         for (int p = 0; p < 4; ++p) {
           if (p == me) continue;
           bool same = (p < 2) == (me < 2);
@@ -79,23 +71,10 @@ TEST(TwoHosts, TransportCanBeForced) {
   auto r = run_ranks(
       2,
       [&](RankContext& c) {
-        std::string log = c.dir + "/rank" + std::to_string(c.rank) + ".log";
-        setenv("TPCOMM_DEBUG_FILE", log.c_str(), 1);
-        config::reload();
-        log::reload();
-        auto pg = make_world(c, "auto");
-        int32_t x = c.rank, y = -1;
-        auto rw = pg->irecv(Tensor::of(&y, 1), 1 - c.rank);
-        pg->send(Tensor::of(&x, 1), 1 - c.rank);
-        rw->wait();
-        EXPECT_EQ(y, 1 - c.rank);
-        std::ifstream f(log);
-        std::stringstream ss;
-        ss << f.rdbuf();
+        std::string text = exchange_logging_links(c);
         std::string want =
             "rank " + std::to_string(c.rank) + " -> rank " + std::to_string(1 - c.rank) + ": tcp";
-        EXPECT_NE(ss.str().find(want), std::string::npos) << ss.str();
-        pg->destroy();
+        EXPECT_NE(text.find(want), std::string::npos) << text;
       },
       opt);
   EXPECT_RANKS_OK(r);

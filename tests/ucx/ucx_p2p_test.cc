@@ -4,9 +4,7 @@
 // when UCX cannot be loaded. Skipped (with the reason) when the build has no UCX.
 #include <signal.h>
 
-#include <fstream>
 #include <set>
-#include <sstream>
 
 #include "p2p/p2p_test_util.h"
 
@@ -83,10 +81,7 @@ TEST_P(UcxP2P, AnySourceAndTheTransportIsUcx) {
   auto r = run_ranks(
       3,
       [&](RankContext& c) {
-        std::string log = c.dir + "/rank" + std::to_string(c.rank) + ".log";
-        setenv("TPCOMM_DEBUG_FILE", log.c_str(), 1);
-        config::reload();
-        log::reload();
+        std::string log = log_to_rank_file(c);
         auto pg = make_world(c, "auto");
         if (c.rank == 0) {
           std::set<int> seen;
@@ -111,13 +106,11 @@ TEST_P(UcxP2P, AnySourceAndTheTransportIsUcx) {
           pg->send(Tensor::of(big), 0, 4);
         }
         pg->destroy();
-        std::ifstream f(log);
-        std::stringstream ss;
-        ss << f.rdbuf();
-        EXPECT_TRUE(contains(ss.str(), "UCX_TLS=" + tls)) << ss.str();
-        EXPECT_TRUE(contains(ss.str(), "endpoint to rank")) << ss.str();
+        std::string text = read_file(log);
+        EXPECT_TRUE(contains(text, "UCX_TLS=" + tls)) << text;
+        EXPECT_TRUE(contains(text, "endpoint to rank")) << text;
         if (tls == "tcp") {
-          EXPECT_TRUE(contains(ss.str(), "put as tagged messages")) << ss.str();
+          EXPECT_TRUE(contains(text, "put as tagged messages")) << text;
         }
       },
       o);
@@ -259,26 +252,6 @@ TEST(UcxUnit, BadAddressesAndRanges) {
                          (void)ep.send({&v, 1});
                        }),
                        "exceeds max_message"));
-}
-
-// One exchange with the other rank over backend "auto", logging the link choice to a file:
-// returns the log.
-std::string exchange_logging_links(RankContext& c) {
-  std::string path = c.dir + "/rank" + std::to_string(c.rank) + ".log";
-  setenv("TPCOMM_DEBUG_FILE", path.c_str(), 1);
-  config::reload();
-  log::reload();
-  auto pg = make_world(c, "auto");
-  int32_t x = c.rank, y = -1;
-  auto rw = pg->irecv(Tensor::of(&y, 1), 1 - c.rank);
-  pg->send(Tensor::of(&x, 1), 1 - c.rank);
-  rw->wait();
-  EXPECT_EQ(y, 1 - c.rank);
-  pg->destroy();
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
 }
 
 // UCX missing at run time: the transport reports why and "auto" falls back to another.
