@@ -105,6 +105,14 @@ class Transport {
   /// doorbell check deferred off the send path. Called under the caller's serialization after
   /// posts; the caller then makes sure progress() runs soon even if nobody waits.
   virtual bool needs_progress() const { return false; }
+
+  /// Lock-free hint for a spinning waiter: false only when progress() would surely find
+  /// nothing new (no arrival, no completion, no queued work). Unlike every other method it may
+  /// be called from any thread at the same time as progress() and posts on another thread,
+  /// so an implementation reads only atomics whose memory stays valid for the transport's
+  /// life. A false answer that turns true later costs the caller one more check; a true
+  /// answer costs it one progress(). The default (true) always sends the caller to progress().
+  virtual bool maybe_pending() const noexcept { return true; }
 };
 
 /// Creates a transport; throws NotSupportedError (with the reason) where it cannot run here,
