@@ -97,6 +97,8 @@ ShmTransport::ShmTransport(const TransportContext& ctx, const Settings& settings
     throw TransportError(std::string("shm: epoll_create1: ") + std::strerror(errno));
   }
   watch(listener_.get(), kTagListener);
+  probe_cap_ = static_cast<size_t>(ctx_.world_size);
+  probes_ = std::make_unique<RingProbe[]>(probe_cap_);
   if (cfg_.cma) xmem::allow_cross_memory_access();
   TPLOG(INFO, SHM) << "shm: rank " << ctx_.rank << " listening on @" << socket_name_ << " (ring "
                    << format_bytes(cfg_.ring_bytes) << ", max message " << cfg_.max_message
@@ -200,6 +202,7 @@ void ShmTransport::start_out(ShmEndpoint& ep, std::chrono::steady_clock::time_po
   ep.deadline_ = deadline;
   ep.next_try_ = Clock::now();
   ++handshaking_;
+  note_busy();
 }
 
 void ShmTransport::try_connect(ShmEndpoint& ep) {
@@ -285,7 +288,9 @@ void ShmTransport::fail(ShmEndpoint& ep, const std::string& reason) {
   ep.puts_.clear();
   ep.helping_.clear();
   events_.push_back({Event::Kind::PeerError, ep.peer_, 0, false, reason});
-  ep.out_sock_.reset();  // the peer sees end of stream and reports us in turn
+  note_busy();
+  ep.in_.set_probe(nullptr);  // its ring is no longer read
+  ep.out_sock_.reset();       // the peer sees end of stream and reports us in turn
   ep.in_sock_.reset();
   ep.pidfd_.reset();
   ep.in_attached_ = false;
@@ -379,13 +384,50 @@ int ShmTransport::progress(EventSink& sink) {
                    readers_.end());
   }
   if (!events_.empty()) n += deliver(sink);
+  // A round that found work will likely find more (a read position to publish): say so
+  // without looking; an empty round computes the hint.
+  if (n > 0) {
+    note_busy();
+  } else {
+    update_busy();
+  }
   return n;
+}
+
+void ShmTransport::update_busy() {
+  bool busy = armed_ || unprobed_ || !events_.empty() || puts_pending_ > 0 || handshaking_ > 0 ||
+              !unfenced_.empty() || !pending_.empty();
+  for (size_t i = 0; i < readers_.size() && !busy; ++i) {
+    const ShmEndpoint* ep = readers_[i];
+    busy = ep->in_attached_ && (!ep->helping_.empty() || ep->in_.unpublished() != 0);
+  }
+  busy_.store(busy, std::memory_order_relaxed);
+}
+
+void ShmTransport::add_probe(ShmEndpoint& ep) {
+  size_t k = nprobes_.load(std::memory_order_relaxed);
+  if (k >= probe_cap_) {  // cannot happen (one ring per peer); then the hint is always true
+    unprobed_ = true;
+    note_busy();
+    return;
+  }
+  ep.in_.set_probe(&probes_[k]);
+  nprobes_.store(k + 1, std::memory_order_release);
+}
+
+bool ShmTransport::maybe_pending() const noexcept {
+  if (busy_.load(std::memory_order_relaxed)) return true;
+  size_t n = nprobes_.load(std::memory_order_acquire);
+  for (size_t i = 0; i < n; ++i)
+    if (probes_[i].ready()) return true;
+  return false;
 }
 
 bool ShmTransport::arm() {
   if (!unfenced_.empty()) check_unfenced();
   if (!events_.empty()) return false;
   armed_ = true;
+  note_busy();  // the next progress() clears the sleeping flags and looks at the sockets
   if (puts_pending_ > 0) {
     for (auto& [peer, ep] : eps_) {
       if (ep->puts_.empty() || ep->failed_) continue;

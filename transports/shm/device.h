@@ -7,6 +7,7 @@
 // the ring's descriptor and doorbells, and its end-of-stream reports a dead peer at once.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -54,6 +55,10 @@ class ShmTransport final : public Transport {
   int wait_fd() const override { return epoll_.get(); }
   bool arm() override;
   bool needs_progress() const override { return !unfenced_.empty(); }
+  /// False only while every attached ring is empty at its read position and nothing else
+  /// (events, puts, handshakes, doorbell checks, lazy head publication, an armed sleep)
+  /// waits for progress(). Reads only probes_ and busy_: safe from any thread.
+  bool maybe_pending() const noexcept override;
 
   const Settings& settings() const { return cfg_; }
   int rank() const { return ctx_.rank; }
@@ -107,6 +112,12 @@ class ShmTransport final : public Transport {
   /// The fenced doorbell check of the sends that skipped it (ShmEndpoint::send).
   void check_unfenced();
   std::vector<ShmEndpoint*> unfenced_;
+  /// Recomputes busy_ (serialized callers, after progress() and arm()).
+  void update_busy();
+  /// Notes work that progress() must do (a post queued a put or a doorbell check, ...).
+  void note_busy() { busy_.store(true, std::memory_order_relaxed); }
+  /// Gives a newly attached ring a probe for maybe_pending().
+  void add_probe(ShmEndpoint& ep);
 
   TransportContext ctx_;
   Settings cfg_;
@@ -126,6 +137,15 @@ class ShmTransport final : public Transport {
   int handshaking_ = 0;      // endpoints not ready and not failed
   uint32_t calls_ = 0;
   bool armed_ = false;
+
+  // maybe_pending(): one probe per attached ring, in attach order, never freed or reused while
+  // the transport lives (a reader on another thread may hold one; a ring attaches at most
+  // once per peer, so world_size probes suffice); nprobes_ publishes them (release).
+  std::unique_ptr<RingProbe[]> probes_;
+  size_t probe_cap_ = 0;
+  std::atomic<size_t> nprobes_{0};
+  bool unprobed_ = false;  // a ring without a probe: maybe_pending() always answers true
+  std::atomic<bool> busy_{true};
 };
 
 }  // namespace tpcomm::transport::shm

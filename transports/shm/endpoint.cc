@@ -52,6 +52,7 @@ PostStatus ShmEndpoint::send(std::span<const iovec> iov) {
   } else if (!unfenced_) {
     unfenced_ = true;
     t_.unfenced_.push_back(this);
+    t_.note_busy();
   }
   return PostStatus::Ok;
 }
@@ -91,6 +92,7 @@ PostStatus ShmEndpoint::put(const MemoryRegion& src, size_t src_offset, const Re
   op.imm = imm;
   puts_.push_back(op);
   ++t_.puts_pending_;
+  t_.note_busy();
   if (cma_ && t_.cfg_.shared_min > 0 && length >= t_.cfg_.shared_min) try_share(puts_.back());
   // The first step runs now: a put up to one step's size is done (and notified) before we
   // return; its completion is reported by the next progress().

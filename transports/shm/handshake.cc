@@ -165,6 +165,7 @@ void ShmTransport::handle_hello(uint64_t id, Pending& p, const Control& c, int f
   ep.in_sock_ = std::move(sock);
   ep.in_attached_ = true;
   readers_.push_back(&ep);
+  add_probe(ep);
   watch(ep.in_sock_.get(), kTagIn | static_cast<uint32_t>(src), /*retag=*/true);
   Control ack;
   ack.type = ControlType::Ack;

@@ -127,6 +127,7 @@ std::string RingConsumer::attach(uint8_t* base, size_t segment_bytes, int src_ra
   head_ = published_ = ctl->head.load(std::memory_order_acquire);
   head_idx_ = head_ % lines_;
   pending_lines_ = 0;
+  update_probe();
   return "";
 }
 
@@ -147,6 +148,7 @@ int RingConsumer::peek(RingRecord* out, std::string* error) {
       }
       head_ += n;
       head_idx_ = 0;
+      update_probe();
       continue;
     }
     if (type < static_cast<uint16_t>(RecordType::Message) ||
@@ -173,6 +175,7 @@ void RingConsumer::pop() {
   head_idx_ += pending_lines_;
   if (head_idx_ == lines_) head_idx_ = 0;
   pending_lines_ = 0;
+  update_probe();
 }
 
 bool RingConsumer::publish_head() {

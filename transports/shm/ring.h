@@ -162,6 +162,24 @@ class RingProducer {
   size_t max_payload_ = 0;
 };
 
+/// Where the receiver's next record will appear, readable from any thread without the
+/// receiver's serialization (ShmTransport::maybe_pending): the address of the stamp at the
+/// read position and the value it will hold. The consumer updates it whenever its read
+/// position moves. A reader may see the two from different moments; that makes it answer
+/// "nothing yet" once more (the stamp of one position never equals another's value), which
+/// the next look corrects.
+struct RingProbe {
+  std::atomic<const std::atomic<uint64_t>*> stamp{nullptr};
+  std::atomic<uint64_t> expect{0};
+  /// True when a record is published at the read position the probe last heard of.
+  bool ready() const noexcept {
+    const std::atomic<uint64_t>* s = stamp.load(std::memory_order_acquire);
+    if (s == nullptr) return false;
+    uint64_t want = expect.load(std::memory_order_relaxed);
+    return s->load(std::memory_order_relaxed) == want;
+  }
+};
+
 /// A record as seen by the receiver (valid until pop()).
 struct RingRecord {
   RecordType type;
@@ -196,8 +214,23 @@ class RingConsumer {
   /// Sets / clears the consumer_sleeping flag (arm() sets it, progress after a sleep clears).
   void set_sleeping(bool on);
   size_t max_payload() const { return max_payload_; }
+  /// Keeps `probe` (memory that outlives this consumer's use, or null) pointing at the read
+  /// position from now on.
+  void set_probe(RingProbe* probe) {
+    if (probe_ != nullptr) probe_->stamp.store(nullptr, std::memory_order_relaxed);
+    probe_ = probe;
+    update_probe();
+  }
 
  private:
+  void update_probe() {
+    if (probe_ == nullptr || data_ == nullptr) return;
+    probe_->stamp.store(&reinterpret_cast<const RecordHeader*>(data_ + head_idx_ * kLine)->stamp,
+                        std::memory_order_relaxed);
+    probe_->expect.store((head_ + 1) ^ salt_, std::memory_order_relaxed);
+  }
+
+  RingProbe* probe_ = nullptr;
   RingControl* ctl_ = nullptr;
   uint8_t* data_ = nullptr;
   uint64_t lines_ = 0;

@@ -1,0 +1,153 @@
+// The spinning wait's hint mode (src/p2p/progress.cc): a wait that spins long watches its
+// transports' lock-free maybe_pending() hints instead of taking the engine lock. With a long
+// spin phase (TPCOMM_WAIT_SPIN_US) every wait here runs in that mode: late messages, a
+// ping-pong, any-source receives, a second thread posting while another spins, and the
+// group destroyed under a spinning waiter (shutdown must wait for it to stop calling the
+// transports before closing them) all behave as without it.
+#include <atomic>
+#include <thread>
+
+#include "p2p/p2p_test_util.h"
+
+namespace tpcomm::testing {
+namespace {
+
+RunOptions long_spin() {
+  RunOptions o;
+  o.env["TPCOMM_WAIT_SPIN_US"] = "3000000";  // 3 s: the waits below spin, never sleep
+  return o;
+}
+
+TEST(HintWait, LateMessagesPingPongAndAnySource) {
+  auto r = run_ranks(
+      2,
+      [&](RankContext& c) {
+        auto pg = make_world(c, "shm");
+        int peer = 1 - c.rank;
+        // A late message: the receiver spins well past its first 16 rounds.
+        int64_t v = -1, w = 40 + c.rank;
+        if (c.rank == 0) {
+          pg->recv(Tensor::of(&v, 1), peer);
+          EXPECT_EQ(v, 41);
+          pg->send(Tensor::of(&w, 1), peer);
+        } else {
+          std::this_thread::sleep_for(std::chrono::milliseconds(30));
+          pg->send(Tensor::of(&w, 1), peer);
+          pg->recv(Tensor::of(&v, 1), peer);
+          EXPECT_EQ(v, 40);
+        }
+        // A ping-pong with pauses on one side, so that the other's waits are long.
+        for (int i = 0; i < 200; ++i) {
+          int32_t out = i * 5 + c.rank, in = -1;
+          if (c.rank == 0) {
+            pg->send(Tensor::of(&out, 1), peer);
+            pg->recv(Tensor::of(&in, 1), peer);
+          } else {
+            if (i % 20 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+            pg->recv(Tensor::of(&in, 1), peer);
+            pg->send(Tensor::of(&out, 1), peer);
+          }
+          ASSERT_EQ(in, i * 5 + peer);
+        }
+        // Any source, late.
+        int32_t x = 77, y = -1;
+        if (c.rank == 0) {
+          auto rw = pg->recv(Tensor::of(&y, 1), kAnySource);
+          EXPECT_EQ(y, 77);
+          EXPECT_EQ(rw->source_rank(), 1);
+        } else {
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+          pg->send(Tensor::of(&x, 1), 0);
+        }
+        pg->destroy();
+      },
+      long_spin());
+  EXPECT_TRUE(ranks_ok(r));
+}
+
+// One thread spins on a receive while another thread of the same rank posts sends and
+// receives of its own: the spinning thread does not hold the engine lock, and its periodic
+// locked rounds progress what the other thread queued.
+TEST(HintWait, AnotherThreadPostsWhileOneSpins) {
+  auto r = run_ranks(
+      2,
+      [&](RankContext& c) {
+        auto pg = make_world(c, "shm");
+        int peer = 1 - c.rank;
+        int64_t late = -1, signal = 5;
+        std::thread spinner;
+        if (c.rank == 0) {
+          spinner = std::thread([&] { pg->recv(Tensor::of(&late, 1), peer, 9); });
+        }
+        for (int i = 0; i < 100; ++i) {
+          int32_t out = i + 1000 * c.rank, in = -1;
+          auto rw = pg->irecv(Tensor::of(&in, 1), peer, 1);
+          pg->isend(Tensor::of(&out, 1), peer, 1)->wait();
+          rw->wait();
+          ASSERT_EQ(in, i + 1000 * peer);
+        }
+        if (c.rank == 1) pg->send(Tensor::of(&signal, 1), peer, 9);
+        if (spinner.joinable()) spinner.join();
+        if (c.rank == 0) {
+          EXPECT_EQ(late, 5);
+        }
+        pg->destroy();
+      },
+      long_spin());
+  EXPECT_TRUE(ranks_ok(r));
+}
+
+// The group is destroyed while a thread spins in hint mode on a receive that never comes:
+// the wait ends with AbortedError, and nothing touches the closed transports.
+TEST(HintWait, DestroyWhileAThreadSpins) {
+  auto r = run_ranks(
+      2,
+      [&](RankContext& c) {
+        auto pg = make_world(c, "shm");
+        int peer = 1 - c.rank;
+        int32_t a = 1, b = -1;
+        auto rw = pg->irecv(Tensor::of(&b, 1), peer);
+        pg->send(Tensor::of(&a, 1), peer);
+        rw->wait();  // both linked
+        for (int round = 0; round < 3; ++round) {
+          std::atomic<int> outcome{0};  // 1: aborted, 2: other error, 3: returned
+          int32_t never = -1;
+          auto w = pg->irecv(Tensor::of(&never, 1), peer, 100 + round);
+          std::thread waiter([&] {
+            try {
+              w->wait();
+              outcome = 3;
+            } catch (const AbortedError&) {
+              outcome = 1;
+            } catch (const std::exception&) {
+              outcome = 2;
+            }
+          });
+          std::this_thread::sleep_for(std::chrono::milliseconds(20 + 10 * round));
+          if (round < 2) {
+            // Not destroyed yet: the peer answers, and the spinning wait sees it.
+            int32_t ans = round;
+            pg->send(Tensor::of(&ans, 1), peer, 100 + round);
+            waiter.join();
+            EXPECT_EQ(outcome.load(), 3);
+            EXPECT_EQ(never, round);
+          } else if (c.rank == 0) {
+            pg->destroy();
+            waiter.join();
+            EXPECT_EQ(outcome.load(), 1) << "the spinning wait did not end with AbortedError";
+            c.store->set("destroyed0", {1});
+          } else {
+            // Rank 0 going away may fail this wait first (PeerError); either way it ends.
+            c.store->wait({"destroyed0"}, std::chrono::seconds(60));
+            pg->destroy();
+            waiter.join();
+            EXPECT_TRUE(outcome.load() == 1 || outcome.load() == 2) << outcome.load();
+          }
+        }
+      },
+      long_spin());
+  EXPECT_TRUE(ranks_ok(r));
+}
+
+}  // namespace
+}  // namespace tpcomm::testing
