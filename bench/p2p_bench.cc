@@ -10,10 +10,15 @@
 // and answers with 8 bytes; bytes / time, median of several samples (1 GB = 1e9 B).
 // memcpy_GBps: single-thread memcpy of the same size on this machine, for reference.
 // --thp: every buffer (the memcpy reference's too) on transparent huge pages.
+// --lat-only S: latency only, S samples of 200 round trips each; prints the best, the first
+// quartile and the median sample (one-way us): on a loaded machine the best is the path's cost.
 // --stream W: bandwidth only, measured like ucx_perftest's tag_bw (a sliding window of W
 // sends in flight, the receiver keeping W receives posted; a new one is posted as soon as the
 // oldest completes), so that the two compare like with like (bench/ucx_compare.sh).
 #include <sched.h>
+#if defined(__x86_64__)
+#include <x86intrin.h>
+#endif
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -45,6 +50,8 @@ struct Args {
   double seconds = 0.2;  // target time per measurement
   int stream = 0;        // > 0: bandwidth only, sliding window of this many messages
   bool thp = false;      // buffers on transparent huge pages (as large-tensor allocators do)
+  int lat_only = 0;      // > 0: latency only, in this many short samples (min and median)
+  bool split = false;    // --lat-only: also time rank 1's send() call (TSC ticks)
 };
 
 // A buffer of `bytes` filled with `fill`, on huge pages with `thp` (tpbench's buffers: the
@@ -53,6 +60,15 @@ std::unique_ptr<BenchBuffer> buffer(size_t bytes, uint8_t fill, bool thp) {
   auto b = std::make_unique<BenchBuffer>(bytes, thp);
   std::memset(b->data(), fill, bytes);
   return b;
+}
+
+// A cheap timestamp for short intervals: TSC ticks on x86, else nanoseconds.
+uint64_t ticks() {
+#if defined(__x86_64__)
+  return __rdtsc();
+#else
+  return static_cast<uint64_t>(Clock::now().time_since_epoch().count());
+#endif
 }
 
 double median(std::vector<double> v) {
@@ -152,6 +168,54 @@ void run_rank(int rank, const std::string& dir, const std::string& transport, co
     pg->destroy();
     return;
   }
+  if (a.lat_only > 0) {
+    // Many short samples, so that a loaded machine's preemptions spoil only some: the best
+    // sample is the path's cost, the median what a busy machine gives.
+    for (size_t bytes = a.min; bytes <= a.max; bytes *= 2) {
+      Tensor t = Tensor::raw(buf->data(), static_cast<int64_t>(bytes), DType::UInt8);
+      Tensor t2 = Tensor::raw(buf2->data(), static_cast<int64_t>(bytes), DType::UInt8);
+      int iters = bytes <= 65536 ? 200 : 10;
+      std::vector<double> rtt;
+      // --split: rank 1's send() call (Work, link, header, ring write, Work release) in ticks,
+      // every 8th round trip: the part of the path this process spends after an arrival.
+      std::vector<uint64_t> send_ticks;
+      for (int s = -3; s < a.lat_only; ++s) {  // 3 warm-up samples
+        auto t0 = Clock::now();
+        for (int i = 0; i < iters; ++i) {
+          if (rank == 0) {
+            pg->send(t, peer);
+            pg->recv(t2, peer);
+          } else if (a.split && s >= 0 && (i & 7) == 0) {
+            pg->recv(t2, peer);
+            uint64_t c0 = ticks();
+            pg->send(t, peer);
+            send_ticks.push_back(ticks() - c0);
+          } else {
+            pg->recv(t2, peer);
+            pg->send(t, peer);
+          }
+        }
+        double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+        if (s >= 0) rtt.push_back(us / iters / 2);
+      }
+      std::sort(rtt.begin(), rtt.end());
+      if (rank == 1 && a.split && !send_ticks.empty()) {
+        std::sort(send_ticks.begin(), send_ticks.end());
+        std::printf("rank 1 send() ticks: min %llu p25 %llu median %llu\n",
+                    static_cast<unsigned long long>(send_ticks.front()),
+                    static_cast<unsigned long long>(send_ticks[send_ticks.size() / 4]),
+                    static_cast<unsigned long long>(send_ticks[send_ticks.size() / 2]));
+        std::fflush(stdout);
+      }
+      if (rank == 0) {
+        std::printf("%s,%zu,lat_min_us,%.3f,lat_p25_us,%.3f,lat_med_us,%.3f\n", transport.c_str(),
+                    bytes, rtt.front(), rtt[rtt.size() / 4], rtt[rtt.size() / 2]);
+        std::fflush(stdout);
+      }
+    }
+    pg->destroy();
+    return;
+  }
   for (size_t bytes = a.min; bytes <= a.max; bytes *= 2) {
     Tensor t = Tensor::raw(buf->data(), static_cast<int64_t>(bytes), DType::UInt8);
     Tensor t2 = Tensor::raw(buf2->data(), static_cast<int64_t>(bytes), DType::UInt8);
@@ -232,10 +296,14 @@ int main(int argc, char** argv) {
       a.thp = true;
     } else if (s == "--stream") {
       a.stream = std::max(1, std::atoi(next().c_str()));
+    } else if (s == "--split") {
+      a.split = true;
+    } else if (s == "--lat-only") {
+      a.lat_only = std::max(1, std::atoi(next().c_str()));
     } else {
       std::fprintf(stderr,
                    "usage: %s [--transport tcp|shm]... [--min 8] [--max 256M] [--csv] [--pin] "
-                   "[--stream WINDOW] [--thp]\n",
+                   "[--stream WINDOW] [--thp] [--lat-only SAMPLES]\n",
                    argv[0]);
       return 2;
     }
