@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
-#include <mutex>
+#include <cstdint>
 #include <sstream>
 
 #include "collectives/allgather/allgather.h"
@@ -228,20 +228,17 @@ double estimate_us(CollOp op, const AlgoInfo& algo, uint64_t bytes, int nranks,
 
 namespace {
 
-// TPCOMM_ALGO parsed once per distinct value (tests change it between calls).
+// TPCOMM_ALGO parsed again only when the configuration moved (tests change it between calls
+// through config::reload()): per thread, so a call costs one atomic load and no lock.
 const std::vector<AlgoRule>& env_rules() {
-  static std::mutex mu;
-  static std::string cached_text;
-  static std::vector<AlgoRule> cached;
-  static bool parsed = false;
-  std::string text = config::get_string("TPCOMM_ALGO");
-  std::lock_guard<std::mutex> lk(mu);
-  if (!parsed || text != cached_text) {
-    cached = parse_algo_rules(text);
-    cached_text = text;
-    parsed = true;
+  thread_local uint64_t seen = UINT64_MAX;
+  thread_local std::vector<AlgoRule> rules;
+  const uint64_t g = config::generation();
+  if (g != seen) {
+    rules = parse_algo_rules(config::get_string("TPCOMM_ALGO"));  // throws: stays unparsed
+    seen = g;
   }
-  return cached;
+  return rules;
 }
 
 }  // namespace

@@ -12,7 +12,17 @@ namespace tpcomm::coll {
 ExecParams exec_params(const CommonOptions& options, size_t esize) {
   ExecParams p;
   size_t slice = options.slice_bytes;
-  if (slice == 0) slice = static_cast<size_t>(config::get_size("TPCOMM_BUFFSIZE")) / 8;
+  if (slice == 0) {
+    // TPCOMM_BUFFSIZE, read again only when the configuration moved (one atomic load a call).
+    thread_local uint64_t seen = UINT64_MAX;
+    thread_local size_t buffsize = 0;
+    const uint64_t g = config::generation();
+    if (g != seen) {
+      buffsize = static_cast<size_t>(config::get_size("TPCOMM_BUFFSIZE"));
+      seen = g;
+    }
+    slice = buffsize / 8;
+  }
   if (esize == 0) esize = 1;
   slice = std::max(esize, slice / esize * esize);
   p.slice_bytes = slice;

@@ -1,6 +1,7 @@
 #include "core/config.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <charconv>
 #include <cmath>
@@ -40,6 +41,8 @@ struct Registry {
     env_loaded = true;
   }
 };
+
+std::atomic<uint64_t> g_generation{0};
 
 Registry& registry() {
   static Registry* r = new Registry();  // never destroyed: used from exit paths
@@ -180,7 +183,10 @@ void register_params(std::span<const Param> params) {
   Registry& r = registry();
   std::lock_guard<std::mutex> lk(r.mu);
   for (const Param& p : params) r.params.insert_or_assign(std::string(p.name), p);
+  g_generation.fetch_add(1, std::memory_order_release);
 }
+
+uint64_t generation() noexcept { return g_generation.load(std::memory_order_acquire); }
 
 const Param* find(std::string_view name) {
   Registry& r = registry();
@@ -309,6 +315,7 @@ void reload() {
   Registry& r = registry();
   std::lock_guard<std::mutex> lk(r.mu);
   r.load_env_locked();
+  g_generation.fetch_add(1, std::memory_order_release);
 }
 
 std::optional<bool> parse_bool(std::string_view s) {

@@ -80,6 +80,10 @@ std::vector<std::string> validate();
 /// Re-reads the process environment (tests change it with setenv between runs).
 void reload();
 
+/// A number that changes whenever a value may have changed (reload(), register_params()).
+/// Hot paths cache what they parsed and re-read only when it moved: one atomic load per call.
+uint64_t generation() noexcept;
+
 /// Parsers, exposed for tests and for values that come from elsewhere (tprun flags).
 std::optional<uint64_t> parse_size(std::string_view s);
 std::optional<std::chrono::milliseconds> parse_duration(std::string_view s);

@@ -30,6 +30,20 @@ TEST(Config, DefaultsAreTyped) {
   EXPECT_EQ(get_enum("TPCOMM_DEBUG"), "none");
 }
 
+// Hot paths cache parsed values per generation: a reload must move it, and the value read
+// after the move is the new one.
+TEST(Config, GenerationMovesOnReload) {
+  const uint64_t g0 = generation();
+  EXPECT_EQ(generation(), g0) << "nothing changed";
+  {
+    ScopedEnv e("TPCOMM_BUFFSIZE", "1M");
+    EXPECT_NE(generation(), g0);
+    EXPECT_EQ(get_size("TPCOMM_BUFFSIZE"), 1u << 20);
+  }
+  EXPECT_NE(generation(), g0);
+  EXPECT_EQ(get_size("TPCOMM_BUFFSIZE"), 4u << 20);
+}
+
 TEST(Config, ParsesSizesDurationsBools) {
   EXPECT_EQ(parse_size("64K"), 65536u);
   EXPECT_EQ(parse_size("4MiB"), 4u << 20);
