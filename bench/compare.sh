@@ -8,8 +8,9 @@
 #   bench/compare.sh [BUILD_DIR]                       # default: build
 #   SIZES=8,128K,256M REPEATS=3 bench/compare.sh build
 #
-# tpcomm's columns come from `tpbench --csv` (out-of-place time, nccl-tests busbw); each run is
-# killed after 300 s. Peers that cannot be built here are left out with a note.
+# tpcomm's columns come from `tpbench --csv` (out-of-place time, nccl-tests busbw) with the
+# peers' schedule (warm-up, median of timed samples); each run is killed after 300 s. Peers
+# that cannot be built here are left out with a note.
 set -u
 BUILD=${1:-build}
 SIZES=${SIZES:-8,128,2K,32K,128K,512K,2M,8M,32M,256M}
@@ -32,6 +33,18 @@ bytes() {  # 8 -> 8, 128K -> 131072, 256M -> 268435456
   esac
 }
 
+# The peers' schedule (peers::schedule_for in ../shared/peers/bench_common.h) as tpbench flags:
+# warm-up calls, timed samples (a barrier, then a batch of calls) and the batch; the median
+# sample is reported, as for every peer.
+schedule() {  # bytes -> "-w W --samples S -n B"
+  local b=$1
+  if ((b <= 64 << 10)); then echo "-w 10 --samples 15 -n 20"
+  elif ((b <= 2 << 20)); then echo "-w 5 --samples 11 -n 5"
+  elif ((b <= 32 << 20)); then echo "-w 2 --samples 9 -n 1"
+  elif ((b <= 256 << 20)); then echo "-w 1 --samples 5 -n 1"
+  else echo "-w 1 --samples 3 -n 1"; fi
+}
+
 # One tpbench sweep per op and size list, printed as the peers' "PEER OP BYTES TIME ALGBW BUSBW".
 tpcomm_run() {  # transport peer-name
   local t=$1 name=$2 op s
@@ -39,7 +52,7 @@ tpcomm_run() {  # transport peer-name
     for s in ${SIZES//,/ }; do
       s=$(bytes "$s")
       timeout -s KILL 300 "$BUILD/bin/tprun" --standalone --nproc-per-node 2 "$BUILD/bin/tpbench" \
-        -t "$t" -o "$op" -b "$s" -e "$s" --csv 2>/dev/null |
+        -t "$t" -o "$op" -b "$s" -e "$s" $(schedule "$s") --csv 2>/dev/null |
         sed 's/^\[rank 0\]: //' | awk -F, -v peer="$name" \
           '$1 != "op" && NF > 10 { printf "%s %s %s %s %s %s\n", peer, $1, $2, $8, $9, $10 }'
     done

@@ -59,6 +59,8 @@ std::string bench_usage() {
          "  -r, --root N           root of broadcast, reduce, gather, scatter (default 0)\n"
          "  -n, --iters N          timed iterations per size (default 20)\n"
          "  -w, --warmup_iters N   untimed iterations first (default 5)\n"
+         "      --samples S        time S samples of -n iterations, each after a barrier, and\n"
+         "                         show the median (default 1: the mean of -n, as nccl-tests)\n"
          "  -c, --check 0|1        verify every result, count #wrong (default 1)\n"
          "  -a, --algorithm NAME   force an algorithm (as TPCOMM_ALGO does for one op)\n"
          "  -t, --transport NAME   transport of the process group (shm, tcp, ...)\n"
@@ -115,6 +117,7 @@ BenchOptions parse_bench_args(const std::vector<std::string>& args) {
                                           "--iters",
                                           "-w",
                                           "--warmup_iters",
+                                          "--samples",
                                           "-c",
                                           "--check",
                                           "-a",
@@ -190,6 +193,8 @@ BenchOptions parse_bench_args(const std::vector<std::string>& args) {
       o.root = static_cast<int>(int_value(flag, value, 0, 1 << 30));
     } else if (is("-n", "--iters")) {
       o.iters = static_cast<int>(int_value(flag, value, 1, 1 << 30));
+    } else if (is("--samples", "--samples")) {
+      o.samples = static_cast<int>(int_value(flag, value, 1, 1 << 20));
     } else if (is("-w", "--warmup_iters")) {
       o.warmup = static_cast<int>(int_value(flag, value, 0, 1 << 30));
     } else if (is("-c", "--check")) {

@@ -23,15 +23,19 @@ struct BenchOptions {
   int root = 0;                                    ///< -r
   int iters = 20;                                  ///< -n
   int warmup = 5;                                  ///< -w
-  bool check = true;                               ///< -c 0|1
-  std::string algorithm;                           ///< -a (catalogue name; empty: selection)
-  std::string transport;                           ///< -t (handed to the process-group binding)
-  size_t slice_bytes = 0;                          ///< --slice (pipelining slice; 0: default)
-  bool json = false;                               ///< --json
-  bool csv = false;                                ///< --csv
-  int threads = 0;    ///< --threads N: N ranks as threads of this process
-  bool thp = false;   ///< --thp 0|1: buffers on transparent huge pages
-  bool help = false;  ///< -h
+  /// --samples S: S timed samples, each a barrier then -n iterations; the time shown is the
+  /// median sample (each sample the slowest rank's), as ../shared/peers measures. 1: one
+  /// sample, the mean of -n iterations, as nccl-tests measures.
+  int samples = 1;
+  bool check = true;       ///< -c 0|1
+  std::string algorithm;   ///< -a (catalogue name; empty: selection)
+  std::string transport;   ///< -t (handed to the process-group binding)
+  size_t slice_bytes = 0;  ///< --slice (pipelining slice; 0: default)
+  bool json = false;       ///< --json
+  bool csv = false;        ///< --csv
+  int threads = 0;         ///< --threads N: N ranks as threads of this process
+  bool thp = false;        ///< --thp 0|1: buffers on transparent huge pages
+  bool help = false;       ///< -h
 };
 
 /// Parses argv (without the program name). Throws InvalidArgument naming the flag, the

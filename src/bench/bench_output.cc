@@ -78,6 +78,7 @@ int64_t total_wrong(const SweepResult& r) {
 void print_table(std::ostream& os, const BenchOptions& o, const SweepResult& r) {
   os << "# tpbench: " << r.nranks << " ranks, transport " << r.transport << ", iters " << o.iters
      << ", warmup " << o.warmup << ", check " << (o.check ? "on" : "off");
+  if (o.samples > 1) os << ", median of " << o.samples << " samples";
   if (!o.algorithm.empty()) os << ", algorithm " << o.algorithm;
   os << "\n#\n";
   std::string last_op;
@@ -114,7 +115,7 @@ void print_table(std::ostream& os, const BenchOptions& o, const SweepResult& r) 
 
 void print_json(std::ostream& os, const BenchOptions& o, const SweepResult& r) {
   os << "{\"tpbench\": {\"nranks\": " << r.nranks << ", \"transport\": " << json_str(r.transport)
-     << ", \"iters\": " << o.iters << ", \"warmup\": " << o.warmup
+     << ", \"iters\": " << o.iters << ", \"warmup\": " << o.warmup << ", \"samples\": " << o.samples
      << ", \"check\": " << (o.check ? "true" : "false")
      << ", \"algorithm\": " << json_str(o.algorithm) << "},\n \"results\": [";
   for (size_t i = 0; i < r.rows.size(); ++i) {

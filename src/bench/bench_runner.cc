@@ -1,6 +1,7 @@
 // tpbench's sweep, buffer layouts, initialisation and checks.
 #include "bench/bench_runner.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <vector>
@@ -105,12 +106,19 @@ Measure measure(BenchComm& bc, BenchCall& call, const BenchOptions& o, std::stri
   init(call, r, n);
   const char* a = "";
   for (int i = 0; i < o.warmup; ++i) a = bc.run(call);
-  bc.barrier();
-  auto t0 = Clock::now();
-  for (int i = 0; i < o.iters; ++i) a = bc.run(call);
-  double mean_us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / o.iters;
+  // Each sample: a barrier, then -n back-to-back calls; its time is the slowest rank's mean.
+  // One sample is nccl-tests' measure; several give their median, as ../shared/peers does.
+  std::vector<double> samples;
+  samples.reserve(static_cast<size_t>(std::max(o.samples, 1)));
+  for (int s = 0; s < std::max(o.samples, 1); ++s) {
+    bc.barrier();
+    auto t0 = Clock::now();
+    for (int i = 0; i < o.iters; ++i) a = bc.run(call);
+    double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / o.iters;
+    samples.push_back(bc.max(us));
+  }
   *algo = a ? a : "";
-  m.time_us = bc.max(mean_us);
+  m.time_us = median_of(std::move(samples));
   m.algbw = algbw_gbps(call.shape.size_bytes, m.time_us);
   m.busbw = busbw_gbps(*call.op, call.shape.size_bytes, m.time_us, n);
   if (o.check) {
@@ -135,6 +143,13 @@ std::vector<size_t> sweep_sizes(const BenchOptions& o) {
     s = next;
   }
   return sizes;
+}
+
+double median_of(std::vector<double> v) {
+  if (v.empty()) return std::nan("");
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 double algbw_gbps(size_t bytes, double time_us) {

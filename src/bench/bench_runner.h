@@ -46,6 +46,9 @@ std::vector<size_t> sweep_sizes(const BenchOptions& o);
 
 /// algbw and busbw in GB/s of `bytes` moved in `time_us` by `op` over n ranks.
 double algbw_gbps(size_t bytes, double time_us);
+
+/// The median of `v` (the mean of the two middle values for an even count; NaN when empty).
+double median_of(std::vector<double> v);
 double busbw_gbps(const OpDesc& op, size_t bytes, double time_us, int n);
 
 /// Runs the sweep on this rank (collective: every rank calls it with the same options).

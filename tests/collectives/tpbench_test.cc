@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -42,6 +43,7 @@ TEST(TpbenchArgs, DefaultsAreASensibleSweep) {
   EXPECT_EQ(o.redops, std::vector<ReduceOp>{ReduceOp::SUM});
   EXPECT_EQ(o.iters, 20);
   EXPECT_EQ(o.warmup, 5);
+  EXPECT_EQ(o.samples, 1);
   EXPECT_TRUE(o.check);
   EXPECT_FALSE(o.json || o.csv || o.help || o.thp);
 }
@@ -62,6 +64,7 @@ TEST(TpbenchArgs, EveryFlagShortAndLong) {
                           "--slice",   "64K",
                           "--threads", "3",
                           "--thp",     "1",
+                          "--samples", "9",
                           "--json"});
   EXPECT_EQ(o.min_bytes, 1024u);
   EXPECT_EQ(o.max_bytes, 4u << 20);
@@ -78,6 +81,7 @@ TEST(TpbenchArgs, EveryFlagShortAndLong) {
   EXPECT_EQ(o.slice_bytes, 64u << 10);
   EXPECT_EQ(o.threads, 3);
   EXPECT_TRUE(o.thp);
+  EXPECT_EQ(o.samples, 9);
   EXPECT_TRUE(o.json);
   o = parse({"--minbytes=16", "--maxbytes", "32", "--stepbytes=8", "--op=all", "--datatype=all",
              "--redop=all", "--iters=2", "--warmup_iters=0", "--check=1", "--csv", "-h"});
@@ -103,6 +107,7 @@ TEST(TpbenchArgs, ErrorsNameTheFlagAndWhatItTakes) {
   EXPECT_HAS(parse_error({"-n", "0"}), "bad value '0' for -n: an integer in [1,");
   EXPECT_HAS(parse_error({"-c", "2"}), "bad value '2' for -c");
   EXPECT_HAS(parse_error({"--thp", "yes"}), "bad value 'yes' for --thp");
+  EXPECT_HAS(parse_error({"--samples", "0"}), "bad value '0' for --samples: an integer in [1,");
   EXPECT_HAS(parse_error({"-b", "1M", "-e", "1K"}), "-b 1048576 is larger than -e 1024");
   EXPECT_HAS(parse_error({"--json", "--csv"}), "choose one of --json and --csv");
   EXPECT_HAS(bench_usage(), "-b, --minbytes");
@@ -256,6 +261,22 @@ TEST(TpbenchRun, EveryDtypeAndReductionChecksClean) {
   EXPECT_HAS(text, "allreduce,64,32,bfloat16,premul_sum");
   EXPECT_HAS(text, "reducescatter,60,15,int32,bxor");
   EXPECT_EQ(text.find("float32,bxor"), std::string::npos) << "unsupported pairs are skipped";
+}
+
+// The peers' protocol: a barrier before each sample, the median of the samples.
+TEST(TpbenchFormulas, MedianOfSamples) {
+  EXPECT_TRUE(std::isnan(median_of({})));
+  EXPECT_EQ(median_of({3.0}), 3.0);
+  EXPECT_EQ(median_of({9.0, 1.0, 2.0}), 2.0);
+  EXPECT_EQ(median_of({4.0, 1.0, 100.0, 2.0}), 3.0);
+}
+
+TEST(TpbenchRun, SamplesAreTimedAndNamedInTheHeader) {
+  auto [rc, text] = tpbench(
+      {"--threads", "2", "-b", "8", "-e", "1K", "-f", "8", "-n", "3", "-w", "1", "--samples", "5"});
+  EXPECT_EQ(rc, 0) << text;
+  EXPECT_HAS(text, "median of 5 samples");
+  EXPECT_HAS(text, "# Out of bounds values : 0 OK");
 }
 
 TEST(TpbenchRun, ForcedAlgorithmIsReportedAndJsonWorks) {
