@@ -376,6 +376,14 @@ void TcpTransport::close_socket(Socket& s) {
   }
   s.state = Socket::State::Closed;
   pfds_dirty_ = true;
+  if (s.want_out) {
+    s.want_out = false;
+    --want_out_count_;
+  }
+  if (hot_ == &s) {
+    hot_ = nullptr;
+    hot_rounds_ = 0;
+  }
   auto it = sockets_.find(&s);
   if (it != sockets_.end()) {
     graveyard_.push_back(std::move(it->second));
@@ -445,7 +453,25 @@ int TcpTransport::handle_ready(Socket* s, bool in, bool out, transport::EventSin
 }
 
 int TcpTransport::progress(transport::EventSink& sink) {
-  int n = deliver_events(sink);
+  int n = events_.empty() && failing_.empty() ? 0 : deliver_events(sink);
+  if (hot_rounds_ > 0 && hot_ != nullptr) {
+    // The hot socket alone: one recv(), which answers EAGAIN while nothing came. Other sockets
+    // (the listener, another peer) wait at most poll_every rounds.
+    --hot_rounds_;
+    n += read_frames(*hot_, sink);
+    // A put began (its bytes come on every socket of the peer): poll all from the next round.
+    if (hot_ != nullptr && (hot_->direct_left > 0 || !hot_->ep->rx_puts.empty())) hot_rounds_ = 0;
+  } else {
+    n += poll_all(sink);
+  }
+  if (!events_.empty() || !failing_.empty()) n += deliver_events(sink);
+  if (!graveyard_.empty()) graveyard_.clear();
+  return n;
+}
+
+int TcpTransport::poll_all(transport::EventSink& sink) {
+  int n = 0;
+  size_t others = 0;  // ready sockets besides the hot one
   if (sockets_.size() < kPollLimit) {
     // A busy-polling caller comes here millions of times a second: poll() with a zero
     // timeout only reads each socket's state, where epoll_wait() would take the epoll
@@ -466,22 +492,30 @@ int TcpTransport::progress(transport::EventSink& sink) {
     int k = ::poll(pfds_.data(), pfds_.size(), 0);
     if (k > 0) {
       // Callbacks may open or close sockets (pfds_dirty_): work on a copy of the ready set.
-      std::vector<std::pair<Socket*, short>> ready;
-      for (size_t i = 0; i < pfds_.size() && static_cast<int>(ready.size()) < k; ++i)
-        if (pfds_[i].revents) ready.emplace_back(psocks_[i], pfds_[i].revents);
-      for (auto& [s, ev] : ready)
+      ready_.clear();
+      for (size_t i = 0; i < pfds_.size() && static_cast<int>(ready_.size()) < k; ++i)
+        if (pfds_[i].revents) ready_.emplace_back(psocks_[i], pfds_[i].revents);
+      for (size_t i = 0; i < ready_.size(); ++i) {
+        auto [s, ev] = ready_[i];
+        if (s != hot_) ++others;
         n += handle_ready(s, ev & (POLLIN | POLLERR | POLLHUP), ev & POLLOUT, sink);
+      }
     }
   } else {
     epoll_event evs[64];
     int k = epoll_wait(epoll_.get(), evs, 64, 0);
-    for (int i = 0; i < k; ++i)
-      n += handle_ready(static_cast<Socket*>(evs[i].data.ptr),
-                        evs[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP), evs[i].events & EPOLLOUT,
-                        sink);
+    for (int i = 0; i < k; ++i) {
+      auto* s = static_cast<Socket*>(evs[i].data.ptr);
+      if (s != hot_) ++others;
+      n += handle_ready(s, evs[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP),
+                        evs[i].events & EPOLLOUT, sink);
+    }
   }
-  n += deliver_events(sink);
-  graveyard_.clear();
+  // Read the hot socket alone for the next rounds only while nothing else needs us: no
+  // other socket had anything, none waits to write, the hot one is not in a put's payload.
+  bool quiet = others == 0 && want_out_count_ == 0 && !pfds_dirty_ && hot_ != nullptr &&
+               hot_->direct_left == 0 && hot_->ep->rx_puts.empty();
+  hot_rounds_ = quiet ? opt_.poll_every - 1 : 0;
   return n;
 }
 

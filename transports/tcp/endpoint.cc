@@ -52,7 +52,8 @@ transport::PostStatus TcpEndpoint::send(std::span<const iovec> iov) {
     ssize_t n = ::sendmsg(s.fd.get(), &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n < 0) {
       if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-        dev_->fail_later(*this, "sending to " + s.where + " failed: " + std::strerror(errno));
+        dev_->fail_later(*this, "sending to rank " + std::to_string(peer_) + " (" + s.where +
+                                    ") failed: " + std::strerror(errno));
         return transport::PostStatus::PeerFailed;
       }
       n = 0;

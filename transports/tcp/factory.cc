@@ -30,6 +30,10 @@ constexpr Param kParams[] = {
    "Default: all but docker* and lo*, else lo.", "tcp"},
   {"TPCOMM_SOCKET_NSOCKS", T::Int, "2", "1..16",
    "tcp transport: sockets per peer and direction; large puts are striped over them.", "tcp"},
+  {"TPCOMM_SOCKET_POLL_EVERY", T::Int, "8", "1..1024",
+   "tcp transport: while messages keep arriving on one socket and nothing else is busy, "
+   "progress() reads that socket directly and polls every socket only every Nth round (one "
+   "system call per spinning round instead of two); 1 polls every socket every round.", "tcp"},
 };
 // clang-format on
 
@@ -46,6 +50,7 @@ Options Options::from_env() {
                                                   : AF_UNSPEC;
   o.bufsize = config::get_size("TPCOMM_SOCKET_BUFSIZE");
   o.frame = std::max<uint64_t>(64 * 1024, config::get_size("TPCOMM_SOCKET_FRAME"));
+  o.poll_every = static_cast<int>(config::get_int("TPCOMM_SOCKET_POLL_EVERY"));
   return o;
 }
 

@@ -16,7 +16,9 @@ namespace tpcomm::tcp {
 void TcpTransport::want_out(Socket& s, bool on) {
   if (s.want_out == on || !s.fd.valid()) return;
   s.want_out = on;
+  want_out_count_ += on ? 1 : -1;
   pfds_dirty_ = true;
+  if (on) hot_rounds_ = 0;  // poll for POLLOUT from the next round
   epoll_event ev{};
   ev.events = EPOLLIN | (on ? static_cast<uint32_t>(EPOLLOUT) : 0u);
   ev.data.ptr = &s;
@@ -64,7 +66,8 @@ bool TcpTransport::flush(Socket& s) {
         want_out(s, true);
         return true;
       }
-      fail_later(*s.ep, "sending to " + s.where + " failed: " + std::strerror(errno));
+      fail_later(*s.ep, "sending to rank " + std::to_string(s.ep->peer_) + " (" + s.where +
+                            ") failed: " + std::strerror(errno));
       return false;
     }
     item.done += static_cast<size_t>(n);
@@ -125,7 +128,8 @@ int TcpTransport::read_frames(Socket& s, transport::EventSink& sink) {
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return events;
       return broken(n == 0 ? "rank " + std::to_string(ep.peer_) + " closed the connection (" +
                                  s.where + ") in the middle of a put"
-                           : "receiving from " + s.where + " failed: " + std::strerror(errno));
+                           : "receiving from rank " + std::to_string(ep.peer_) + " (" + s.where +
+                                 ") failed in the middle of a put: " + std::strerror(errno));
     }
     size_t have = s.rtail - s.rhead;
     if (have >= kFrameSize) {
@@ -139,6 +143,7 @@ int TcpTransport::read_frames(Socket& s, transport::EventSink& sink) {
           const uint8_t* p = s.rbuf.data() + s.rhead + kFrameSize;
           s.rhead += kFrameSize + f->len;
           ++events;
+          if (opt_.poll_every > 1) hot_ = &s;
           sink.on_message(ep.peer_, std::span<const uint8_t>(p, f->len));
           continue;
         }
@@ -208,7 +213,8 @@ int TcpTransport::read_frames(Socket& s, transport::EventSink& sink) {
     }
     return broken(n == 0 ? "connection to rank " + std::to_string(ep.peer_) + " (" + s.where +
                                ") closed in the middle of a message"
-                         : "receiving from " + s.where + " failed: " + std::strerror(errno));
+                         : "receiving from rank " + std::to_string(ep.peer_) + " (" + s.where +
+                               ") failed: " + std::strerror(errno));
   }
 }
 

@@ -1,0 +1,283 @@
+// The tcp transport through the link-layer interface, instances in one process (and a forked
+// fake peer): messages of every size around the frame header, the socket buffer and the
+// receive buffer arrive whole and in order, with the hot-socket read (TPCOMM_SOCKET_POLL_EVERY)
+// on and off; puts and new connections keep moving while one socket is hot; garbage is
+// refused naming the rank; a peer killed in the middle of a message or a put fails the link
+// naming the rank.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <cstring>
+#include <thread>
+#include <tuple>
+
+#include "tcp/tcp_test_util.h"
+
+namespace tpcomm::transport::tcp_test {
+namespace {
+
+bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+// Parameter: TPCOMM_SOCKET_POLL_EVERY ("1": poll every round, the path without a hot socket).
+class TcpTransportTest : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override {
+    if (!has_transport("tcp")) GTEST_SKIP() << "tcp transport not built";
+    set_env("TPCOMM_SOCKET_POLL_EVERY", GetParam());
+  }
+  void TearDown() override {
+    for (const char* v : {"TPCOMM_SOCKET_POLL_EVERY", "TPCOMM_SOCKET_BUFSIZE"}) set_env(v, nullptr);
+  }
+};
+
+std::vector<size_t> message_sizes(size_t max, size_t sockbuf) {
+  std::vector<size_t> sizes;
+  for (size_t s = 0; s <= 200; ++s) sizes.push_back(s);
+  // Around multiples of the 48-byte frame header and of the socket buffer, and the top.
+  for (size_t k : {2, 3, 10, 85, 86}) {
+    for (size_t d = 0; d < 3; ++d) sizes.push_back(k * tcp::kFrameSize - 1 + d);
+  }
+  for (size_t k = 1; k * sockbuf <= max; ++k) {
+    for (size_t d = 0; d < 3; ++d) sizes.push_back(k * sockbuf - tcp::kFrameSize - 1 + d);
+  }
+  for (size_t s = 65535; s < max; s += 49999) sizes.push_back(s);
+  for (size_t d = 0; d < 3; ++d) sizes.push_back(max - 2 + d);
+  return sizes;
+}
+
+// Sends `sizes` back to back without letting the receiver progress until the sender sees
+// back-pressure, so that frames are cut at every place by partial writes and reads.
+void send_all_then_check(Transport& a, Sink& sa, Endpoint& ab, Transport& b, Sink& sb, int from,
+                         const std::vector<size_t>& sizes, uint64_t seed) {
+  size_t base = sb.messages.size();
+  size_t sent = 0;
+  auto end = Clock::now() + 60s;
+  while (sent < sizes.size() && Clock::now() < end) {
+    size_t n = sizes[sent];
+    std::vector<uint8_t> data(n);
+    for (size_t j = 0; j < n; ++j) data[j] = pattern(seed + sent, j);
+    size_t c1 = n / 3, c2 = n / 2;  // gathered from three pieces
+    iovec iov[3] = {{data.data(), c1}, {data.data() + c1, c2 - c1}, {data.data() + c2, n - c2}};
+    PostStatus st = ab.send(iov);
+    if (st == PostStatus::Ok) {
+      ++sent;
+      if (sent % 64 == 0) b.progress(sb);  // now and then: the rest piles up in the sender
+    } else {
+      ASSERT_EQ(st, PostStatus::NoResource);
+      a.progress(sa);
+      b.progress(sb);
+    }
+  }
+  ASSERT_EQ(sent, sizes.size());
+  ASSERT_TRUE(
+      pump({{&a, &sa}, {&b, &sb}}, [&] { return sb.messages.size() == base + sizes.size(); }))
+      << "only " << sb.messages.size() - base << " of " << sizes.size() << " arrived; last "
+      << (sb.messages.empty() ? 0 : sb.messages.back().size()) << " bytes";
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const auto& m = sb.messages[base + i];
+    ASSERT_EQ(m.size(), sizes[i]) << "message " << i;
+    for (size_t j = 0; j < sizes[i]; ++j)
+      ASSERT_EQ(m[j], pattern(seed + i, j)) << "message " << i << " byte " << j;
+    EXPECT_EQ(sb.message_peers[base + i], from);
+  }
+}
+
+TEST_P(TcpTransportTest, MessagesOfEverySizeArriveWholeAndInOrder) {
+  // A small socket buffer (the kernel doubles it): partial writes and reads. Not below the
+  // loopback MSS (64 KiB): a window smaller than one segment stalls on the zero-window probe
+  // timer, which backs off to seconds.
+  set_env("TPCOMM_SOCKET_BUFSIZE", "128K");
+  auto a = make_tcp(0, 2), b = make_tcp(1, 2);
+  Sink sa, sb;
+  Endpoint *ab, *ba;
+  std::tie(ab, ba) = connect_pair(*a, sa, 0, *b, sb, 1);
+  auto sizes = message_sizes(a->capabilities().max_message, 128 * 1024);
+  send_all_then_check(*a, sa, *ab, *b, sb, 0, sizes, 1);
+  send_all_then_check(*b, sb, *ba, *a, sa, 1, sizes, 2);
+  // A ping-pong of small ones (the hot socket's case), then big ones again.
+  for (int i = 0; i < 200; ++i) {
+    uint64_t v = static_cast<uint64_t>(i);
+    iovec one{&v, 8};
+    Endpoint* e = i % 2 ? ba : ab;
+    Sink& to = i % 2 ? sa : sb;
+    size_t before = to.messages.size();
+    ASSERT_EQ(e->send({&one, 1}), PostStatus::Ok);
+    ASSERT_TRUE(
+        pump({{a.get(), &sa}, {b.get(), &sb}}, [&] { return to.messages.size() > before; }));
+    ASSERT_EQ(to.messages.back().size(), 8u);
+    uint64_t got;
+    std::memcpy(&got, to.messages.back().data(), 8);
+    ASSERT_EQ(got, v);
+  }
+  send_all_then_check(*a, sa, *ab, *b, sb, 0, {0, 1, 262143, 262144, 5}, 3);
+  EXPECT_TRUE(sa.errors.empty() && sb.errors.empty());
+}
+
+// While rank 0 reads one hot socket, a put striped over both sockets, and a third rank that
+// connects and sends, still arrive (the other sockets are polled every few rounds).
+TEST_P(TcpTransportTest, PutsAndNewPeersMoveWhileOneSocketIsHot) {
+  auto a = make_tcp(0, 3), b = make_tcp(1, 3), c = make_tcp(2, 3);
+  Sink sa, sb, sc;
+  Endpoint *ab, *ba;
+  std::tie(ab, ba) = connect_pair(*a, sa, 0, *b, sb, 1);
+  std::vector<uint8_t> dst(3 << 20, 0), src(3 << 20);
+  for (size_t j = 0; j < src.size(); ++j) src[j] = pattern(7, j);
+  auto rdst = a->register_memory(dst.data(), dst.size(), Device::cpu());
+  auto rsrc = b->register_memory(src.data(), src.size(), Device::cpu());
+  auto all = [&]() -> std::vector<std::pair<Transport*, Sink*>> {
+    return {{a.get(), &sa}, {b.get(), &sb}, {c.get(), &sc}};
+  };
+  bool put_posted = false, sent_c = false;
+  Endpoint* ca = nullptr;
+  for (int i = 0; i < 300; ++i) {
+    uint32_t v = static_cast<uint32_t>(i);
+    iovec one{&v, 4};
+    ASSERT_EQ(ba->send({&one, 1}), PostStatus::Ok);
+    size_t before = sa.messages.size();
+    ASSERT_TRUE(pump(all(), [&] { return sa.messages.size() > before; }));
+    if (i == 100) {
+      ASSERT_EQ(ba->put(*rsrc, 0, rdst->remote_key(), 0, src.size(), 42, 9), PostStatus::Ok);
+      put_posted = true;
+    }
+    if (i == 150) ca = &c->connect(0, a->address(), Clock::now() + 30s);
+    if (ca && ca->ready() && !sent_c) {
+      uint32_t w = 0xC0FFEE;
+      iovec x{&w, 4};
+      ASSERT_EQ(ca->send({&x, 1}), PostStatus::Ok);
+      sent_c = true;
+    }
+  }
+  ASSERT_TRUE(put_posted);
+  ASSERT_TRUE(pump(all(), [&] { return !sa.arrived.empty() && !sb.done.empty(); }));
+  EXPECT_EQ(sa.arrived[0], 42u);
+  EXPECT_EQ(sb.done[0], std::make_pair(uint64_t{9}, true));
+  EXPECT_TRUE(dst == src);
+  ASSERT_NE(ca, nullptr);
+  ASSERT_TRUE(pump(all(), [&] {
+    return std::find(sa.message_peers.begin(), sa.message_peers.end(), 2) != sa.message_peers.end();
+  }));
+  // Rank 1's messages are all there, in order.
+  uint32_t expect = 0;
+  for (size_t i = 0; i < sa.messages.size(); ++i) {
+    if (sa.message_peers[i] != 1) continue;
+    uint32_t got;
+    std::memcpy(&got, sa.messages[i].data(), 4);
+    ASSERT_EQ(got, expect++);
+  }
+  EXPECT_EQ(expect, 300u);
+  EXPECT_TRUE(sa.errors.empty() && sb.errors.empty() && sc.errors.empty());
+}
+
+// Garbage where a frame header should be fails the link naming the rank and what was wrong;
+// garbage instead of a handshake is refused without harm.
+TEST_P(TcpTransportTest, GarbageIsRefusedNamingTheRank) {
+  auto a = make_tcp(0, 3);
+  Sink sa;
+  auto pump_a = [&] { a->progress(sa); };
+  {
+    // Not a handshake at all: the connection is closed, nothing is reported.
+    std::vector<uint8_t> addr = a->address();
+    auto [host, port] = net::split_host_port(std::string(addr.begin(), addr.end()));
+    net::Fd fd = net::connect_to(host, port, Deadline::after(10s));
+    std::vector<uint8_t> junk(64, 'x');
+    net::write_all(fd.get(), junk.data(), junk.size(), Deadline::after(10s), "rank 0");
+    bool closed = false;
+    auto end = Clock::now() + 20s;
+    while (!closed && Clock::now() < end) {
+      pump_a();
+      char buf[256];
+      ssize_t r = ::recv(fd.get(), buf, sizeof buf, MSG_DONTWAIT);
+      closed = r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+    }
+    EXPECT_TRUE(closed);
+    EXPECT_TRUE(sa.errors.empty());
+  }
+  struct Case {
+    tcp::Frame f;
+    const char* expect;
+  };
+  tcp::Frame bad_kind;
+  bad_kind.kind = static_cast<tcp::FrameKind>(9);
+  tcp::Frame too_long;
+  too_long.kind = tcp::FrameKind::Msg;
+  too_long.len = 1ull << 40;
+  int src = 1;
+  for (const Case& k : {Case{bad_kind, "corrupt frame header (kind 9)"},
+                        Case{too_long, "exceeds the 262144-byte limit"}}) {
+    FakePeer p;
+    ASSERT_TRUE(p.connect(a->address(), src, 0, 3, pump_a));
+    ASSERT_TRUE(p.message({1, 2, 3}));  // a good one first: it arrives
+    ASSERT_TRUE(p.frame(k.f));
+    ASSERT_TRUE(pump({{a.get(), &sa}}, [&] { return !sa.errors.empty(); }));
+    EXPECT_EQ(sa.errors[0].first, src);
+    EXPECT_TRUE(contains(sa.errors[0].second, "malformed data from rank " + std::to_string(src)))
+        << sa.errors[0].second;
+    EXPECT_TRUE(contains(sa.errors[0].second, k.expect)) << sa.errors[0].second;
+    ASSERT_FALSE(sa.messages.empty());
+    EXPECT_EQ(sa.messages.back(), (std::vector<uint8_t>{1, 2, 3}));
+    sa.errors.clear();
+    ++src;  // a failed rank stays failed: the next case is another rank
+  }
+}
+
+// A peer killed (SIGKILL) in the middle of a message, and another in the middle of a put,
+// fail their links naming the rank; the messages they completed before still arrive.
+TEST_P(TcpTransportTest, PeerKilledMidMessageFailsNamingTheRank) {
+  auto a = make_tcp(0, 3);
+  Sink sa;
+  std::vector<uint8_t> dst(1 << 16);
+  auto reg = a->register_memory(dst.data(), dst.size(), Device::cpu());
+  RemoteKey key = reg->remote_key();
+  uint64_t region;
+  std::memcpy(&region, key.blob_data, sizeof region);
+  std::vector<uint8_t> address = a->address();
+  for (int src : {1, 2}) {
+    // The child connects and writes; the parent progresses meanwhile.
+    std::fflush(nullptr);
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      FakePeer p;
+      bool ok = p.connect(address, src, 0, 3, [] { std::this_thread::sleep_for(1ms); });
+      for (int i = 0; ok && i < 20; ++i) ok = p.message(std::vector<uint8_t>(8, uint8_t(i)));
+      std::vector<uint8_t> part(100, 0x5A);
+      tcp::Frame f;
+      if (src == 1) {
+        f.kind = tcp::FrameKind::Msg;
+        f.len = 1000;
+      } else {
+        f.kind = tcp::FrameKind::Put;
+        f.len = f.total = 4096;
+        f.region = region;
+        f.put_id = 1;
+      }
+      ok = ok && p.frame(f, part.data(), part.size());
+      if (!ok) ::_exit(1);
+      ::raise(SIGKILL);
+    }
+    ASSERT_GT(pid, 0);
+    bool failed = pump({{a.get(), &sa}}, [&] { return !sa.errors.empty(); });
+    if (!failed) ::kill(pid, SIGKILL);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    ASSERT_TRUE(failed) << "no error reported for rank " << src;
+    EXPECT_TRUE(WIFSIGNALED(status)) << "the fake peer did not get to its kill";
+    EXPECT_EQ(sa.errors[0].first, src);
+    const std::string& why = sa.errors[0].second;
+    EXPECT_TRUE(contains(why, "rank " + std::to_string(src))) << why;
+    EXPECT_TRUE(contains(why, src == 1 ? "in the middle of a message" : "in the middle of a put"))
+        << why;
+    size_t from_src = 0;
+    for (int peer : sa.message_peers) from_src += peer == src;
+    EXPECT_EQ(from_src, 20u);
+    sa.errors.clear();
+  }
+  EXPECT_TRUE(sa.arrived.empty());
+}
+
+INSTANTIATE_TEST_SUITE_P(Tcp, TcpTransportTest, ::testing::Values("1", "8"),
+                         [](const auto& info) { return std::string("poll_every_") + info.param; });
+
+}  // namespace
+}  // namespace tpcomm::transport::tcp_test
