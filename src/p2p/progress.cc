@@ -251,10 +251,15 @@ void Engine::wait_impl(Op& op, std::chrono::steady_clock::time_point until,
         }
         if (mu_.try_lock()) {
           // A few rounds per lock: the lock's two atomic operations cost as much as a round
-          // that finds nothing, and a shorter round sees an arrival sooner.
+          // that finds nothing, and a shorter round sees an arrival sooner. A round that
+          // found nothing pauses once: re-reading the line where the next message will land
+          // back to back slows the sender's write into it (its cache line must leave this
+          // core first), more than the pause delays noticing it (measured: 8-byte one-way
+          // 0.239-0.247 us against 0.253-0.258 without, best of 12 runs each, same run).
           for (int k = 0; k < kRoundsPerLock; ++k) {
-            progress_locked();
+            int found = progress_locked();
             if (op.done.load(std::memory_order_acquire)) break;
+            if (found == 0) cpu_relax();
           }
           if (!op.done.load(std::memory_order_acquire)) hint_ok = hint_mode_locked();
           mu_.unlock();
