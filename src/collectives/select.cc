@@ -264,6 +264,21 @@ const AlgoInfo& select_algorithm(CollOp op, uint64_t bytes, int nranks, const Tr
       return *r.algo;
     }
   }
+  // The cost model's last answer, per thread: a training step or a benchmark repeats the same
+  // call, and the model costs more than the transport's work for a small message.
+  struct Memo {
+    CollOp op;
+    uint64_t bytes;
+    int nranks;
+    double latency_us, bandwidth_gbps, reduce_gbps;
+    size_t slice_bytes;
+    const AlgoInfo* algo = nullptr;
+  };
+  thread_local Memo memo{};
+  if (memo.algo != nullptr && memo.op == op && memo.bytes == bytes && memo.nranks == nranks &&
+      memo.latency_us == hints.latency_us && memo.bandwidth_gbps == hints.bandwidth_gbps &&
+      memo.reduce_gbps == hints.reduce_gbps && memo.slice_bytes == slice_bytes)
+    return *memo.algo;
   const AlgoInfo* best = &algos[0];
   double best_t = estimate_us(op, *best, bytes, nranks, hints, slice_bytes);
   for (const AlgoInfo& a : algos.subspan(1)) {
@@ -273,6 +288,14 @@ const AlgoInfo& select_algorithm(CollOp op, uint64_t bytes, int nranks, const Tr
       best_t = t;
     }
   }
+  memo.op = op;
+  memo.bytes = bytes;
+  memo.nranks = nranks;
+  memo.latency_us = hints.latency_us;
+  memo.bandwidth_gbps = hints.bandwidth_gbps;
+  memo.reduce_gbps = hints.reduce_gbps;
+  memo.slice_bytes = slice_bytes;
+  memo.algo = best;
   return *best;
 }
 

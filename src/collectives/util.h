@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 
 #include "collectives/types.h"
@@ -18,18 +19,35 @@ inline const uint8_t* at(const void* p, size_t byte_offset) {
   return static_cast<const uint8_t*>(p) + byte_offset;
 }
 
-/// Uninitialised heap memory for intermediate results, freed on scope exit.
+/// Uninitialised memory for intermediate results (inline when small, else on the heap), freed
+/// on scope exit.
 class Scratch {
  public:
   Scratch() = default;
+  /// Up to kInline bytes live inside the object: a small collective allocates nothing.
   explicit Scratch(size_t bytes)
-      : p_(bytes ? std::make_unique_for_overwrite<uint8_t[]>(bytes) : nullptr), n_(bytes) {}
-  uint8_t* data() const { return p_.get(); }
+      : p_(bytes > kInline ? std::make_unique_for_overwrite<uint8_t[]>(bytes) : nullptr),
+        n_(bytes) {}
+  Scratch(Scratch&& o) noexcept { take(o); }
+  Scratch& operator=(Scratch&& o) noexcept {
+    if (this != &o) take(o);
+    return *this;
+  }
+  uint8_t* data() const { return n_ == 0 ? nullptr : p_ ? p_.get() : small_; }
   size_t size() const { return n_; }
 
  private:
+  static constexpr size_t kInline = 256;
+  // Moves the buffer (inline bytes are copied; the source is left empty).
+  void take(Scratch& o) noexcept {
+    p_ = std::move(o.p_);
+    n_ = o.n_;
+    if (!p_ && n_ > 0) std::memcpy(small_, o.small_, n_);
+    o.n_ = 0;
+  }
   std::unique_ptr<uint8_t[]> p_;
   size_t n_ = 0;
+  alignas(64) mutable uint8_t small_[kInline];
 };
 
 /// How the chunked (pipelined) algorithms cut their data.
