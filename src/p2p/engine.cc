@@ -475,7 +475,10 @@ bool Engine::try_post_locked(Link& l, Pending& p) {
     return true;
   }
   if (l.flow && l.credits < 2) return false;
-  switch (l.ep->put(*p.op->mr, p.offset, p.key, p.offset, p.length, p.imm, p.op->id)) {
+  transport::PostStatus ps =
+      p.is_tagged ? l.ep->send_tagged(*p.op->mr, p.offset, p.length, p.op->data_id, p.op->id)
+                  : l.ep->put(*p.op->mr, p.offset, p.key, p.offset, p.length, p.imm, p.op->id);
+  switch (ps) {
     case transport::PostStatus::Ok:
       if (l.flow) --l.credits;
       return true;
@@ -522,6 +525,17 @@ void Engine::send_put_locked(Link& l, std::shared_ptr<Op> op, size_t offset, siz
   p.length = length;
   p.key = key;
   p.imm = imm;
+  if (l.queue.empty() && try_post_locked(l, p)) return;
+  l.queue.push_back(std::move(p));
+  backlog_.insert(&l);
+}
+
+void Engine::send_tagged_locked(Link& l, std::shared_ptr<Op> op) {
+  Pending p;
+  p.is_put = true;
+  p.is_tagged = true;
+  p.length = op->tensor.nbytes();
+  p.op = std::move(op);
   if (l.queue.empty() && try_post_locked(l, p)) return;
   l.queue.push_back(std::move(p));
   backlog_.insert(&l);

@@ -6,6 +6,9 @@
 //   eager       header + payload in one message when it fits under the rendezvous threshold
 //   rendezvous  RTS(send id) -> receiver matches, registers its buffer -> CTS(key, recv id)
 //               -> sender puts the data with notification imm = recv id -> both complete
+//   tagged data where the transport matches large messages itself (UCX): RTS(send id, data id)
+//               and the data as tagged data at once -> the receiver receives it in place;
+//               a CTS only to refuse
 //   credits     when a transport pre-posts bounce buffers (recv_slots > 0)
 //   matching    by (group, source, tag, sequence); out-of-order arrival; any source
 #pragma once
@@ -54,6 +57,8 @@ struct Pending {
   size_t offset = 0, length = 0;
   transport::RemoteKey key;
   uint32_t imm = 0;
+  /// A put (is_put) that is tagged data under op->data_id instead (Endpoint::send_tagged).
+  bool is_tagged = false;
 };
 
 /// A connection to one peer through one transport.
@@ -213,6 +218,9 @@ class Engine : public std::enable_shared_from_this<Engine> {
                        const std::shared_ptr<Op>& op);
   void send_put_locked(Link& l, std::shared_ptr<Op> op, size_t offset, size_t length,
                        const transport::RemoteKey& key, uint32_t imm);
+  /// Sends a rendezvous message's data as tagged data (Capabilities::tagged_data), queued
+  /// behind the link's backlog like a put.
+  void send_tagged_locked(Link& l, std::shared_ptr<Op> op);
   bool try_post_locked(Link& l, Pending& p);
   void flush_queue_locked(Link& l);
   void return_credits_locked(Link& l);
@@ -222,6 +230,9 @@ class Engine : public std::enable_shared_from_this<Engine> {
   void start_rendezvous_recv_locked(const std::shared_ptr<Op>& recv, struct Incoming& in);
   void send_cts_locked(Link& l, const Header& req, const Cts& c);
   void handle_cts_locked(Link& l, const Decoded& d);
+  /// Drops the tagged data of an RtsData message that no receive will take (refused, or its
+  /// group is gone), so that the transport does not hold it and the sender's send completes.
+  void discard_tagged_locked(Slot& s, const Header& h, const Rts& r);
 
   // Completion (engine lock).
   void complete_locked(const std::shared_ptr<Op>& op);
@@ -260,6 +271,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   std::unordered_map<uint64_t, struct Incoming*> incoming_;
   std::pair<uint64_t, struct Incoming*> current_{0, nullptr};  // message in handle_message
   uint64_t next_msg_id_ = 1;
+  uint32_t next_data_id_ = 1;                 // ids of tagged data sent (Op::data_id)
   OpTable ops_;                               // in flight, by id
   std::vector<std::shared_ptr<Op>> retired_;  // completed ops' table references, dropped soon
   struct SeqKey {

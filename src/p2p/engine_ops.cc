@@ -64,6 +64,8 @@ void Engine::remove_group(uint64_t group) {
   for (uint64_t msg : matcher_.drop_group(group)) {
     auto it = incoming_.find(msg);
     if (it != incoming_.end()) {
+      if (it->second->h.type == MsgType::RtsData)
+        discard_tagged_locked(*it->second->slot, it->second->h, it->second->rts);
       delete it->second;
       incoming_.erase(it);
     }
@@ -129,6 +131,21 @@ void Engine::post_send(const GroupInfo& g, int dst, int tag, const Tensor& t,
   op->stage = Op::Stage::Posted;
   ops_.add(op);
   op->seq = h.seq = (*l->seq_counter)++;
+  if (l->slot->caps.tagged_data && h.bytes <= l->slot->caps.tagged_data_max) {
+    // The transport matches the data itself: the RTS says under which id it comes, and the
+    // data follows at once (the transport holds it until the receiver asks for it). The send
+    // completes when the peer has taken the data; a refusal still comes back as a CTS.
+    op->tagged = true;
+    op->data_id = next_data_id_++ & 0x3fffffffu;
+    if (op->data_id == 0) op->data_id = next_data_id_++ & 0x3fffffffu;
+    op->stage = Op::Stage::Transfer;
+    op->chunks_left = 1;
+    uint8_t hdr[kRtsDataSize];
+    encode_rts_data(h, Rts{op->id, op->data_id}, hdr);
+    send_msg_locked(*l, hdr, kRtsDataSize, nullptr, 0, nullptr);
+    send_tagged_locked(*l, op);
+    return;
+  }
   uint8_t hdr[kRtsSize];
   encode_rts(h, Rts{op->id}, hdr);
   send_msg_locked(*l, hdr, kRtsSize, nullptr, 0, nullptr);
@@ -271,10 +288,12 @@ void Engine::handle_message(Slot& s, int peer, std::span<const uint8_t> data) {
       handle_cts_locked(*link_locked(s, peer), *d);
       break;
     case MsgType::Eager:
-    case MsgType::Rts: {
+    case MsgType::Rts:
+    case MsgType::RtsData: {
       if (removed_groups_.count(h.group)) {
         TPLOG(INFO, P2P) << "rank " << opt_.rank << ": dropped a message from rank " << peer
                          << " for a destroyed group";
+        if (h.type == MsgType::RtsData) discard_tagged_locked(s, h, d->rts);
         break;
       }
       // Most messages find their receive already posted: keep the record on the stack and
@@ -359,12 +378,14 @@ void Engine::on_match_locked(const std::shared_ptr<Op>& recv, uint64_t msg_id) {
       reason = e.what();
     }
     fail_locked(recv, err);
-    if (h.type == MsgType::Rts) {
+    if (h.type == MsgType::Rts || h.type == MsgType::RtsData) {
       Cts c;
       c.send_id = in->rts.send_id;
       c.status = refuse;
       c.reason = reason.substr(0, kMaxReason);
       send_cts_locked(*link_locked(*in->slot, h.src), h, c);
+      // The refusal goes first: the sender's send completes once its data is dropped here.
+      if (h.type == MsgType::RtsData) discard_tagged_locked(*in->slot, h, in->rts);
     }
     return;
   }
@@ -381,6 +402,7 @@ void Engine::start_rendezvous_recv_locked(const std::shared_ptr<Op>& recv, Incom
   Link* l = link_locked(*in.slot, in.h.src);
   Cts c;
   c.send_id = in.rts.send_id;
+  bool tagged = in.h.type == MsgType::RtsData;
   try {
     recv->mr = in.slot->tr->register_memory(recv->tensor.data, in.h.bytes, recv->tensor.device);
   } catch (const std::exception& e) {
@@ -390,6 +412,27 @@ void Engine::start_rendezvous_recv_locked(const std::shared_ptr<Op>& recv, Incom
     c.reason.resize(std::min(c.reason.size(), kMaxReason));
     fail_locked(recv, std::current_exception());
     send_cts_locked(*l, in.h, c);
+    if (tagged) discard_tagged_locked(*in.slot, in.h, in.rts);
+    return;
+  }
+  if (tagged) {
+    // The data is on its way (or held by the transport already): receive it straight into
+    // the buffer; its arrival is reported like a put's notification (imm = the receive's id).
+    recv->link = l;
+    recv->tagged = true;
+    recv->data_id = in.rts.data_id;
+    recv->chunks_left = 1;
+    recv->received = in.h.bytes;
+    recv->stage = Op::Stage::Transfer;
+    if (l->failed) {
+      // An RTS that arrived before its sender was lost: its data never will.
+      auto dead = dead_peers_.find(in.h.src);
+      fail_locked(recv, std::make_exception_ptr(PeerError(
+                            recv->describe() + " failed: rank " + std::to_string(in.h.src) +
+                            " is gone (" + (dead == dead_peers_.end() ? "" : dead->second) + ")")));
+      return;
+    }
+    in.slot->tr->recv_tagged(in.h.src, in.rts.data_id, *recv->mr, 0, in.h.bytes, recv->id);
     return;
   }
   uint64_t chunk = std::min<uint64_t>(in.slot->caps.max_put, in.h.bytes);
@@ -413,9 +456,32 @@ void Engine::send_cts_locked(Link& l, const Header& req, const Cts& c) {
   send_msg_locked(l, hdr, n, nullptr, 0, nullptr);
 }
 
+void Engine::discard_tagged_locked(Slot& s, const Header& h, const Rts& r) {
+  if (dead_peers_.count(h.src)) return;
+  s.tr->discard_tagged(h.src, r.data_id);
+}
+
 void Engine::handle_cts_locked(Link& l, const Decoded& d) {
   const Cts& c = d.cts;
-  auto* it = ops_.find(c.send_id);
+  auto* found = ops_.find(c.send_id);
+  if (found && (*found)->tagged && (*found)->kind == Op::Kind::Send && (*found)->peer == l.peer &&
+      (*found)->stage == Op::Stage::Transfer && c.status != kCtsOk) {
+    // A refused tagged send: its data is moving (the receiver drops it), so the buffer stays
+    // in use until the transport reports the send done; the op then completes with this error.
+    Op& op = **found;
+    std::string msg =
+        op.describe() + ": rank " + std::to_string(l.peer) + " refused the message: " + c.reason;
+    if (!op.error) {
+      if (c.status == kCtsDTypeMismatch)
+        op.error = std::make_exception_ptr(MismatchError(msg));
+      else if (c.status == kCtsTooSmall)
+        op.error = std::make_exception_ptr(InvalidArgument(msg));
+      else
+        op.error = std::make_exception_ptr(PeerError(msg));
+    }
+    return;
+  }
+  auto* it = found;
   if (!it || (*it)->kind != Op::Kind::Send || (*it)->peer != l.peer ||
       (*it)->stage != Op::Stage::Posted) {
     TPLOG(INFO, P2P) << "rank " << opt_.rank << ": ignored a CTS from rank " << l.peer

@@ -47,6 +47,10 @@ struct Op {
   uint32_t chunks_left = 0;
   Link* link = nullptr;     ///< recv: link of the matched sender; send: link to the peer
   bool range_held = false;  ///< recv: its buffer is in the engine's active-range set
+  /// The data moves as tagged data (Capabilities::tagged_data) under data_id: sent with the
+  /// RTS, received by the transport's own matching; no CTS unless refused.
+  bool tagged = false;
+  uint32_t data_id = 0;
 
   /// "send to rank 3 (group 'default_pg', tag 0, float32[1024] on cpu)".
   std::string describe() const;
@@ -70,6 +74,8 @@ struct Op {
     chunks_left = 0;
     link = nullptr;
     range_held = false;
+    tagged = false;
+    data_id = 0;
   }
 };
 

@@ -48,6 +48,15 @@ size_t encode_rts(const Header& hdr, const Rts& r, uint8_t* out) {
   return static_cast<size_t>(p - out);
 }
 
+size_t encode_rts_data(const Header& hdr, const Rts& r, uint8_t* out) {
+  Header h = hdr;
+  h.type = MsgType::RtsData;
+  uint8_t* p = out + encode_header(h, out);
+  put<uint32_t>(p, r.send_id);
+  put<uint32_t>(p, r.data_id);
+  return static_cast<size_t>(p - out);
+}
+
 size_t encode_cts(const Header& hdr, const Cts& c, uint8_t* out) {
   Header h = hdr;
   h.type = MsgType::Cts;
@@ -104,7 +113,7 @@ std::optional<Decoded> decode(std::span<const uint8_t> msg, int peer, std::strin
   if (version != kWireVersion)
     return fail("protocol version " + std::to_string(version) + ", this build speaks " +
                 std::to_string(kWireVersion) + " (mixed tpcomm versions in one job?)");
-  if (type < 1 || type > 4) return fail("unknown type " + std::to_string(type));
+  if (type < 1 || type > 5) return fail("unknown type " + std::to_string(type));
   if (dtype >= kNumDTypes) return fail("unknown dtype " + std::to_string(dtype));
   h.type = static_cast<MsgType>(type);
   h.dtype = static_cast<DType>(dtype);
@@ -131,6 +140,11 @@ std::optional<Decoded> decode(std::span<const uint8_t> msg, int peer, std::strin
     case MsgType::Rts:
       if (msg.size() != kRtsSize) return fail("RTS of the wrong size");
       d.rts.send_id = get<uint32_t>(p);
+      break;
+    case MsgType::RtsData:
+      if (msg.size() != kRtsDataSize) return fail("RTS with data of the wrong size");
+      d.rts.send_id = get<uint32_t>(p);
+      d.rts.data_id = get<uint32_t>(p);
       break;
     case MsgType::Cts: {
       if (msg.size() < kCtsFixed) return fail("CTS shorter than its fixed part");

@@ -17,8 +17,10 @@ namespace tpcomm::p2p {
 
 /// Message kinds. Eager: header + the whole payload. Rts: "I have `bytes` for you" (large
 /// message). Cts: the receiver's answer to an RTS: its buffer's key, or a refusal. Credit:
-/// returns flow-control credits only.
-enum class MsgType : uint8_t { Eager = 1, Rts = 2, Cts = 3, Credit = 4 };
+/// returns flow-control credits only. RtsData: an RTS whose data the sender has already sent
+/// as tagged data under `data_id` (transports with Capabilities::tagged_data): the receiver
+/// answers only a refusal (a Cts), and otherwise receives the data with recv_tagged.
+enum class MsgType : uint8_t { Eager = 1, Rts = 2, Cts = 3, Credit = 4, RtsData = 5 };
 
 inline constexpr uint8_t kWireMagic = 0xA7;
 inline constexpr uint8_t kWireVersion = 1;
@@ -36,11 +38,14 @@ struct Header {
 };
 inline constexpr size_t kHeaderSize = 40;
 
-/// RTS trailer: the sender's operation id, echoed in the CTS.
+/// RTS trailer: the sender's operation id, echoed in the CTS; RtsData adds the tagged data's
+/// id.
 struct Rts {
   uint32_t send_id = 0;
+  uint32_t data_id = 0;  ///< RtsData only
 };
 inline constexpr size_t kRtsSize = kHeaderSize + 4;
+inline constexpr size_t kRtsDataSize = kHeaderSize + 8;
 
 /// CTS trailer. status 0: put `bytes` into `key` in chunks of `chunk` bytes, each chunk's
 /// notification carrying `recv_id`. Otherwise the receiver refused; `reason` says why.
@@ -61,6 +66,7 @@ inline constexpr size_t kMaxCtsSize = kCtsFixed + transport::RemoteKey::kMaxBlob
 /// encode_rts and encode_cts set the header's type.
 size_t encode_header(const Header& h, uint8_t* out);
 size_t encode_rts(const Header& h, const Rts& r, uint8_t* out);
+size_t encode_rts_data(const Header& h, const Rts& r, uint8_t* out);
 size_t encode_cts(const Header& h, const Cts& c, uint8_t* out);
 
 /// A decoded message: the header, its trailer, and the eager payload (a view into the

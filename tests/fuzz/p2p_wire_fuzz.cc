@@ -51,6 +51,9 @@ extern "C" size_t tpcomm_fuzz_seeds(std::vector<std::vector<uint8_t>>* out) {
   std::vector<uint8_t> rts(kRtsSize);
   encode_rts(h, Rts{9}, rts.data());
   out->push_back(rts);
+  std::vector<uint8_t> rts_data(kRtsDataSize);
+  encode_rts_data(h, Rts{9, 10}, rts_data.data());
+  out->push_back(rts_data);
   Cts c;
   c.chunk = 5;
   c.reason = "why";

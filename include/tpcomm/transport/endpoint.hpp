@@ -78,6 +78,18 @@ class Endpoint {
                                        size_t /*length*/, uint64_t /*cookie*/) {
     throw NotSupportedError("this transport has no one-sided get; use put");
   }
+
+  /// Optional (Capabilities::tagged_data): sends `length` bytes of `src` at `src_offset` as
+  /// tagged data under `id`, which the peer receives with Transport::recv_tagged (or drops
+  /// with discard_tagged) whenever it gets to it. Zero-copy where the transport allows, so
+  /// `src` must stay untouched until on_put_done(cookie): that comes once the peer has taken
+  /// the data (a synchronous send; ok), or the send failed (!ok). The transport keeps the id's
+  /// low 30 bits: a sender must not reuse an id while its data is still in flight.
+  [[nodiscard]] virtual PostStatus send_tagged(const MemoryRegion& /*src*/, size_t /*src_offset*/,
+                                               size_t /*length*/, uint64_t /*id*/,
+                                               uint64_t /*cookie*/) {
+    throw NotSupportedError("this transport does not match tagged data itself");
+  }
 };
 
 }  // namespace tpcomm::transport

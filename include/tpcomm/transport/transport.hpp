@@ -46,6 +46,14 @@ struct Capabilities {
   double bandwidth_gbps = 1.0;
   /// Memory register_memory accepts besides host memory.
   bool cuda_memory = false;
+  /// The transport matches large messages itself (UCX's tag matching, with its own
+  /// rendezvous): Endpoint::send_tagged, Transport::recv_tagged and discard_tagged exist, and
+  /// the protocol sends a rendezvous message's data right after its RTS instead of waiting for
+  /// a CTS (docs/transport.md). false (ibverbs, tcp, shm): RTS -> CTS -> put.
+  bool tagged_data = false;
+  /// With tagged_data: the largest message sent that way; larger ones keep RTS -> CTS -> put
+  /// (where the transport measured that path faster for them).
+  size_t tagged_data_max = SIZE_MAX;
 };
 
 /// What a transport is created with. The store is private to the transport (prefixed), for
@@ -113,6 +121,24 @@ class Transport {
   /// life. A false answer that turns true later costs the caller one more check; a true
   /// answer costs it one progress(). The default (true) always sends the caller to progress().
   virtual bool maybe_pending() const noexcept { return true; }
+
+  /// With Capabilities::tagged_data: receives the tagged data that `peer` sends under `id`
+  /// (Endpoint::send_tagged) straight into [offset, offset+length) of `dst`, whether it
+  /// arrived already (the transport holds unexpected data) or comes later. When every byte is
+  /// there the sink gets on_put_arrived(peer, imm). Data of another length, or a receive that
+  /// cannot be posted, is reported through on_peer_error(peer). Destroying `dst` withdraws a
+  /// receive still aimed at it. Never NoResource: receives are not flow-controlled.
+  virtual void recv_tagged(int /*peer*/, uint64_t /*id*/, const MemoryRegion& /*dst*/,
+                           size_t /*offset*/, size_t /*length*/, uint32_t /*imm*/) {
+    throw NotSupportedError("this transport does not match tagged data itself");
+  }
+
+  /// With Capabilities::tagged_data: drops the tagged data `peer` sends under `id` (a refused
+  /// or abandoned rendezvous message), so that it neither stays held here nor keeps the
+  /// sender's send from completing. No event.
+  virtual void discard_tagged(int /*peer*/, uint64_t /*id*/) {
+    throw NotSupportedError("this transport does not match tagged data itself");
+  }
 };
 
 /// Creates a transport; throws NotSupportedError (with the reason) where it cannot run here,
