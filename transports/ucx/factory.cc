@@ -30,6 +30,13 @@ constexpr Param kParams[] = {
   {"TPCOMM_UCX_RNDV_THRESHOLD", T::Size, "64K", "",
    "ucx transport: suggested eager/rendezvous switch (TPCOMM_RNDV_THRESHOLD overrides it).",
    "ucx"},
+  {"TPCOMM_UCX_TAGGED", T::Enum, "auto", "auto|off",
+   "ucx transport: large messages without the protocol's CTS round trip: the sender posts the "
+   "data as a tagged message right after the RTS and UCX matches it to the receive. auto: on "
+   "unless TPCOMM_UCX_PUT=rma; off: RTS -> CTS -> put as on other transports.", "ucx"},
+  {"TPCOMM_UCX_TAGGED_MAX", T::Size, "2M", "",
+   "ucx transport: the largest message sent without the CTS round trip (TPCOMM_UCX_TAGGED); "
+   "larger ones take RTS -> CTS -> put, measured faster for them over UCX's tcp.", "ucx"},
   {"TPCOMM_UCX_TLS", T::String, "", "",
    "ucx transport: UCX_TLS for tpcomm only (e.g. 'tcp', 'posix,cma,self'), set on tpcomm's UCX "
    "configuration so other UCX users in the process keep theirs; empty: UCX_TLS or UCX's "
@@ -49,6 +56,8 @@ Options Options::from_env() {
   o.max_message = std::max<uint64_t>(16384, config::get_size("TPCOMM_UCX_MAX_MESSAGE"));
   o.rndv_threshold = config::get_size("TPCOMM_UCX_RNDV_THRESHOLD");
   o.recv_depth = static_cast<int>(config::get_int("TPCOMM_UCX_RECV_DEPTH"));
+  o.tagged = config::get_enum("TPCOMM_UCX_TAGGED") != "off";
+  o.tagged_max = config::get_size("TPCOMM_UCX_TAGGED_MAX");
   return o;
 }
 

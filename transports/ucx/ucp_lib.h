@@ -36,6 +36,7 @@ namespace tpcomm::ucx {
   X(ucp_mem_map)                \
   X(ucp_mem_unmap)              \
   X(ucp_tag_send_nbx)           \
+  X(ucp_tag_send_sync_nbx)      \
   X(ucp_tag_recv_nbx)           \
   X(ucp_put_nbx)                \
   X(ucp_request_check_status)   \

@@ -130,6 +130,41 @@ PostStatus UcxEndpoint::put(const transport::MemoryRegion& src, size_t src_offse
   return PostStatus::Ok;  // a failure is reported through on_put_done(cookie, false)
 }
 
+PostStatus UcxEndpoint::send_tagged(const transport::MemoryRegion& src, size_t src_offset,
+                                    size_t length, uint64_t id, uint64_t cookie) {
+  if (src_offset > src.length() || length > src.length() - src_offset)
+    throw InvalidArgument("ucx transport: tagged data range [" + std::to_string(src_offset) +
+                          ", +" + std::to_string(length) + ") outside the registered " +
+                          std::to_string(src.length()) + " bytes");
+  if (failed_) return PostStatus::PeerFailed;
+  if (t_.live_.size() >= kMaxLive) return PostStatus::NoResource;
+  Req* r = t_.new_req();
+  r->kind = Req::PutData;
+  ++t_.transfers_;
+  t_.last_moved_ = std::chrono::steady_clock::now();  // arm() polls while it starts
+  r->peer = peer_;
+  r->cookie = cookie;
+  r->has_cookie = true;
+  ucp_request_param_t prm{};
+  prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  prm.cb.send = send_cb;
+  prm.user_data = r;
+  // Synchronous: done only once the peer has matched the data (received it, or dropped it
+  // after refusing the message), never merely because UCX buffered it; a refusal's CTS,
+  // sent before the peer drops the data, reaches us before this completes.
+  const uint8_t* from = static_cast<const uint8_t*>(src.addr()) + src_offset;
+  void* req = t_.u_.ucp_tag_send_sync_nbx(ep_, from, length, tagged_tag(id, t_.ctx_.rank), &prm);
+  if (UCS_PTR_IS_ERR(req)) {
+    r->status = UCS_PTR_STATUS(req);
+    t_.on_ep_error(*this, r->status);
+  }
+  if (req == nullptr || UCS_PTR_IS_ERR(req))
+    t_.completed_.push_back(r);
+  else
+    r->ucx = req;
+  return PostStatus::Ok;  // a failure is reported through on_put_done(cookie, false)
+}
+
 // ---- memory ------------------------------------------------------------------------------
 
 UcxRegion::UcxRegion(UcxTransport& t, void* addr, size_t length, Device device)
@@ -166,7 +201,7 @@ UcxRegion::UcxRegion(UcxTransport& t, void* addr, size_t length, Device device)
 
 UcxRegion::~UcxRegion() {
   uintptr_t a = key_.addr, end = key_.addr + key_.length;
-  // Receives of tag-mode puts still aimed at this memory are withdrawn.
+  // Receives of tag-mode puts and tagged data still aimed at this memory are withdrawn.
   for (Req* r : t_.live_)
     if (r->kind == Req::DataRecv && r->ucx && r->addr >= a && r->addr < end)
       t_.u_.ucp_request_cancel(t_.worker_, r->ucx);

@@ -12,9 +12,12 @@ namespace tpcomm::ucx {
 
 class UcxTransport;
 
-// Tags: bit 63 set = a message into the pre-posted pool (kind in bits 62..60); bit 63 clear =
-// the data of a tag-mode put (put id in bits 59..32). Bits 31..0: the sender's rank.
+// Tags: bit 63 set = a message into the pre-posted pool (kind in bits 62..60); bit 63 clear
+// and bit 62 clear = the data of a tag-mode put (put id in bits 59..32); bit 63 clear and bit
+// 62 set = tagged data of the protocol (Endpoint::send_tagged, id in bits 61..32). Bits 31..0:
+// the sender's rank.
 inline constexpr uint64_t kPoolBit = 1ull << 63;
+inline constexpr uint64_t kTaggedBit = 1ull << 62;
 inline constexpr uint64_t kKindMsg = 0, kKindPutHdr = 1, kKindNotify = 2;
 inline constexpr uint32_t kAddrMagic = 0x58555054;  // "TPUX"
 inline constexpr uint16_t kAddrVersion = 1;
@@ -32,10 +35,14 @@ inline uint64_t data_tag(uint32_t id, int rank) {
   return (static_cast<uint64_t>(id & 0x0fffffffu) << 32) | static_cast<uint32_t>(rank);
 }
 
+inline uint64_t tagged_tag(uint64_t id, int rank) {
+  return kTaggedBit | ((id & 0x3fffffffu) << 32) | static_cast<uint32_t>(rank);
+}
+
 /// Our side of one UCX request; UCX callbacks only mark it done and queue it, progress()
 /// reports it.
 struct Req {
-  enum Kind : uint8_t { Pool, Msg, PutHdr, PutData, Flush, Notify, DataRecv } kind = Msg;
+  enum Kind : uint8_t { Pool, Msg, PutHdr, PutData, Flush, Notify, DataRecv, Discard } kind = Msg;
   UcxTransport* t = nullptr;
   void* ucx = nullptr;  // the UCX request, freed when reported
   ucs_status_t status = UCS_OK;

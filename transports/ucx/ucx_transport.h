@@ -34,6 +34,8 @@ struct Options {
   size_t max_message = 256 * 1024;
   size_t rndv_threshold = 32 * 1024;
   int recv_depth = 32;
+  bool tagged = true;  ///< TPCOMM_UCX_TAGGED: Capabilities::tagged_data (unless put is rma)
+  size_t tagged_max = 2u << 20;  ///< TPCOMM_UCX_TAGGED_MAX: Capabilities::tagged_data_max
   static Options from_env();
 };
 
@@ -51,6 +53,8 @@ class UcxEndpoint : public transport::Endpoint {
   transport::PostStatus put(const transport::MemoryRegion& src, size_t src_offset,
                             const transport::RemoteKey& dst, size_t dst_offset, size_t length,
                             uint32_t imm, uint64_t cookie) override;
+  transport::PostStatus send_tagged(const transport::MemoryRegion& src, size_t src_offset,
+                                    size_t length, uint64_t id, uint64_t cookie) override;
 
  private:
   friend class UcxTransport;
@@ -94,6 +98,9 @@ class UcxTransport : public transport::Transport {
   int progress(transport::EventSink& sink) override;
   int wait_fd() const override { return efd_; }
   bool arm() override;
+  void recv_tagged(int peer, uint64_t id, const transport::MemoryRegion& dst, size_t offset,
+                   size_t length, uint32_t imm) override;
+  void discard_tagged(int peer, uint64_t id) override;
 
   // For UCX callbacks (run inside ucp_worker_progress): queue what progress() reports.
   void push_completed(Req* r) { completed_.push_back(r); }
@@ -151,6 +158,7 @@ class UcxTransport : public transport::Transport {
   uint32_t next_put_id_ = 1;
   size_t buffered_bytes_ = 0;
   bool closing_ = false;
+  uint8_t discard_buf_[64] = {};  ///< where discard_tagged's truncated receives land
 };
 
 }  // namespace tpcomm::ucx

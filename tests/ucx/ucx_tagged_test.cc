@@ -1,0 +1,335 @@
+// The rendezvous path for transports that match large messages themselves (issue 9,
+// Capabilities::tagged_data): over UCX the sender posts its RTS and the data as a tagged
+// message at once, and the receiver takes the data with ucp_tag_recv_nbx when the RTS matches.
+// Once over UCX's tcp and once over its shared memory: sizes around the eager/rendezvous
+// threshold byte for byte in both orders (receive posted first, message first), any-source,
+// out-of-order tags, refusals (too small, other dtype) failing both sides and leaving the
+// channel usable, timeouts that later complete, a killed peer with data in flight, and
+// thousands of transfers in flight.
+#include <signal.h>
+
+#include <set>
+#include <thread>
+
+#include "p2p/p2p_test_util.h"
+
+namespace tpcomm::testing {
+namespace {
+
+bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+struct Lane {
+  std::string name;  // test name part
+  std::string tls;   // TPCOMM_UCX_TLS
+};
+
+class UcxTagged : public ::testing::TestWithParam<Lane> {
+ protected:
+  void SetUp() override {
+    if (!transport::has_transport("ucx"))
+      GTEST_SKIP() << "this build has no UCX (install libucx-dev and reconfigure)";
+  }
+  RunOptions opts() const {
+    RunOptions o;
+    o.timeout = std::chrono::seconds(120);
+    // Every rendezvous size takes the tagged path (the default sends above 2 MiB by CTS).
+    o.env = {{"TPCOMM_UCX_TLS", GetParam().tls},
+             {"TPCOMM_TRANSPORT", "ucx"},
+             {"TPCOMM_UCX_TAGGED_MAX", "1G"}};
+    return o;
+  }
+};
+
+// The ucx transport's eager limit is 64 KiB (TPCOMM_UCX_RNDV_THRESHOLD): 65536 goes eager,
+// 65537 takes the tagged path.
+const std::vector<size_t> kSizes = {0,      1,       65536 - 1,     65536,  65536 + 1,
+                                    300001, 1 << 20, (1 << 20) + 3, 4 << 20};
+
+// Rank 0 sends every size to rank 1, once with the receive posted first and once with the
+// message first (the receiver posts only after the sender says it has sent); both check
+// every byte.
+TEST_P(UcxTagged, SizesAroundTheThresholdInBothOrders) {
+  auto r = run_ranks(
+      2,
+      [&](RankContext& c) {
+        auto pg = make_world(c, "ucx");
+        int seed = 0;
+        for (bool unexpected : {false, true}) {
+          for (size_t bytes : kSizes) {
+            std::string key = "sent" + std::to_string(seed);
+            if (c.rank == 0) {
+              std::vector<uint8_t> out(bytes);
+              fill_pattern(out, DType::UInt8, seed);
+              if (!unexpected) c.store->wait({"posted" + std::to_string(seed)});
+              auto w = pg->isend(Tensor::of(out), 1, seed);
+              c.store->set(key, "1");
+              w->wait();
+            } else {
+              std::vector<uint8_t> in(bytes, 0xEE);
+              std::shared_ptr<Work> w;
+              if (unexpected) {
+                c.store->wait({key});
+                // Let the RTS (and whatever UCX sends eagerly) arrive first.
+                std::this_thread::sleep_for(std::chrono::milliseconds(20));
+              }
+              w = pg->irecv(Tensor::of(in), 0, seed);
+              if (!unexpected) c.store->set("posted" + std::to_string(seed), "1");
+              w->wait();
+              EXPECT_EQ(check_pattern(in, DType::UInt8, seed), -1)
+                  << bytes << " bytes, " << (unexpected ? "message first" : "receive first");
+            }
+            ++seed;
+          }
+        }
+        pg->destroy();
+      },
+      opts());
+  EXPECT_RANKS_OK(r);
+}
+
+// Rank 0 receives rendezvous-sized messages from any source, some posted before the
+// messages came and some after.
+TEST_P(UcxTagged, AnySource) {
+  auto r = run_ranks(
+      3,
+      [&](RankContext& c) {
+        auto pg = make_world(c, "ucx");
+        constexpr size_t kN = 100003;
+        if (c.rank == 0) {
+          std::set<int> seen;
+          for (int round = 0; round < 2; ++round) {
+            if (round == 1) c.store->wait({"sent1", "sent2"});
+            for (int i = 0; i < 2; ++i) {
+              std::vector<int32_t> in(kN, -1);
+              auto w = pg->irecv(Tensor::of(in), kAnySource, 5 + round);
+              w->wait();
+              int src = w->source_rank();
+              seen.insert(src);
+              for (size_t k = 0; k < kN; k += 9973)
+                ASSERT_EQ(in[k], static_cast<int32_t>(k) * 3 + src * 1000 + round) << k;
+              ASSERT_EQ(in[kN - 1], static_cast<int32_t>(kN - 1) * 3 + src * 1000 + round);
+            }
+          }
+          EXPECT_EQ(seen, (std::set<int>{1, 2}));
+        } else {
+          for (int round = 0; round < 2; ++round) {
+            std::vector<int32_t> out(kN);
+            for (size_t k = 0; k < kN; ++k)
+              out[k] = static_cast<int32_t>(k) * 3 + c.rank * 1000 + round;
+            auto w = pg->isend(Tensor::of(out), 0, 5 + round);
+            if (round == 1) c.store->set("sent" + std::to_string(c.rank), "1");
+            w->wait();
+          }
+        }
+        pg->destroy();
+      },
+      opts());
+  EXPECT_RANKS_OK(r);
+}
+
+// Messages on two tags, received in the other tag's order and, within a tag, in order.
+TEST_P(UcxTagged, OutOfOrderTags) {
+  auto r = run_ranks(
+      2,
+      [&](RankContext& c) {
+        auto pg = make_world(c, "ucx");
+        constexpr int kPer = 4;
+        constexpr size_t kN = 40000;
+        if (c.rank == 0) {
+          std::vector<std::vector<int32_t>> out(2 * kPer, std::vector<int32_t>(kN));
+          std::vector<std::shared_ptr<Work>> ws;
+          for (int i = 0; i < 2 * kPer; ++i) {
+            std::fill(out[static_cast<size_t>(i)].begin(), out[static_cast<size_t>(i)].end(), i);
+            ws.push_back(pg->isend(Tensor::of(out[static_cast<size_t>(i)]), 1, i % 2));
+          }
+          for (auto& w : ws) w->wait();
+        } else {
+          std::vector<std::vector<int32_t>> in(2 * kPer, std::vector<int32_t>(kN, -1));
+          std::vector<std::shared_ptr<Work>> ws;
+          for (int tag : {1, 0})
+            for (int k = 0; k < kPer; ++k)
+              ws.push_back(pg->irecv(Tensor::of(in[static_cast<size_t>(tag * kPer + k)]), 0, tag));
+          for (auto& w : ws) w->wait();
+          for (int tag : {0, 1})
+            for (int k = 0; k < kPer; ++k) {
+              auto& v = in[static_cast<size_t>(tag * kPer + k)];
+              ASSERT_EQ(v.front(), 2 * k + tag);
+              ASSERT_EQ(v.back(), 2 * k + tag);
+            }
+        }
+        pg->destroy();
+      },
+      opts());
+  EXPECT_RANKS_OK(r);
+}
+
+// A receive buffer smaller than the message, or of another dtype, fails both sides with the
+// reason (receive posted first and message first); the refused data is dropped, and the next
+// message on the same tag arrives intact.
+TEST_P(UcxTagged, RefusalsFailBothSidesAndTheChannelGoesOn) {
+  auto r = run_ranks(
+      2,
+      [&](RankContext& c) {
+        auto pg = make_world(c, "ucx");
+        constexpr size_t kN = 300000;  // bytes, float32: 75000 elements
+        int step = 0;
+        for (bool unexpected : {false, true}) {
+          for (bool dtype : {false, true}) {
+            std::string sent = "sent" + std::to_string(step);
+            std::string posted = "posted" + std::to_string(step);
+            if (c.rank == 0) {
+              std::vector<uint8_t> out(kN);
+              fill_pattern(out, DType::Float32, step);
+              if (!unexpected) c.store->wait({posted});
+              auto w = pg->isend(as_tensor(out, DType::Float32), 1, 3);
+              c.store->set(sent, "1");
+              if (dtype) {
+                std::string e = error_of<MismatchError>([&] { w->wait(); });
+                EXPECT_TRUE(contains(e, "rank 1 refused the message")) << e;
+              } else {
+                std::string e = error_of<InvalidArgument>([&] { w->wait(); });
+                EXPECT_TRUE(contains(e, "rank 1 refused the message")) << e;
+                EXPECT_TRUE(contains(e, "100000-byte receive buffer")) << e;
+              }
+              // The channel goes on: the next message on the tag is intact.
+              pg->send(as_tensor(out, DType::Float32), 1, 3);
+            } else {
+              std::vector<uint8_t> small(dtype ? kN : 100000, 0xEE);
+              if (unexpected) {
+                c.store->wait({sent});
+                std::this_thread::sleep_for(std::chrono::milliseconds(20));
+              }
+              auto w = pg->irecv(as_tensor(small, dtype ? DType::Int32 : DType::Float32), 0, 3);
+              if (!unexpected) c.store->set(posted, "1");
+              if (dtype) {
+                std::string e = error_of<MismatchError>([&] { w->wait(); });
+                EXPECT_TRUE(contains(e, "the dtypes differ")) << e;
+              } else {
+                std::string e = error_of<InvalidArgument>([&] { w->wait(); });
+                EXPECT_TRUE(contains(e, "more than the 100000-byte receive buffer holds")) << e;
+              }
+              std::vector<uint8_t> in(kN, 0xEE);
+              pg->recv(as_tensor(in, DType::Float32), 0, 3);
+              EXPECT_EQ(check_pattern(in, DType::Float32, step), -1) << step;
+            }
+            ++step;
+          }
+        }
+        pg->destroy();
+      },
+      opts());
+  EXPECT_RANKS_OK(r);
+}
+
+// A send whose receive is not posted yet, and a receive whose message is not sent yet, time
+// out with a TimeoutError and still complete afterwards.
+TEST_P(UcxTagged, TimeoutsThenCompletion) {
+  auto r = run_ranks(
+      2,
+      [&](RankContext& c) {
+        auto pg = make_world(c, "ucx");
+        constexpr size_t kN = 1 << 20;
+        std::vector<uint8_t> buf(kN);
+        if (c.rank == 0) {
+          fill_pattern(buf, DType::UInt8, 7);
+          auto w = pg->isend(Tensor::of(buf), 1, 1);
+          error_of<TimeoutError>([&] { w->wait(std::chrono::milliseconds(200)); });
+          c.store->set("timed_out", "1");
+          w->wait();
+          c.store->wait({"recv_timed_out"});
+          pg->send(Tensor::of(buf), 1, 2);
+        } else {
+          auto w = pg->irecv(Tensor::of(buf), 0, 2);
+          error_of<TimeoutError>([&] { w->wait(std::chrono::milliseconds(200)); });
+          c.store->set("recv_timed_out", "1");
+          c.store->wait({"timed_out"});
+          std::vector<uint8_t> first(kN);
+          pg->recv(Tensor::of(first), 0, 1);
+          EXPECT_EQ(check_pattern(first, DType::UInt8, 7), -1);
+          w->wait();
+          EXPECT_EQ(check_pattern(buf, DType::UInt8, 7), -1);
+        }
+        pg->destroy();
+      },
+      opts());
+  EXPECT_RANKS_OK(r);
+}
+
+// Rank 1 sends 4 MiB to rank 0 (which has not posted its receive) and rank 0 sends 4 MiB to
+// rank 1 (which never receives it); then rank 1 is killed. Rank 0's send and its receive,
+// posted after the kill, fail naming rank 1, well before the timeout.
+TEST_P(UcxTagged, KilledPeerWithDataInFlight) {
+  RunOptions o = opts();
+  o.may_die = {1};
+  auto r = run_ranks(
+      2,
+      [&](RankContext& c) {
+        auto pg = make_world(c, "ucx");
+        std::vector<uint8_t> out(4 << 20, 1), in(4 << 20);
+        auto sw = pg->isend(Tensor::of(out), 1 - c.rank, 9);
+        c.store->set("sent" + std::to_string(c.rank), "1");
+        if (c.rank == 1) {
+          c.store->wait({"go"});
+          raise(SIGKILL);
+        }
+        c.store->wait({"sent1"});
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));  // rank 1's RTS arrives
+        c.store->set("go", "1");
+        auto t0 = std::chrono::steady_clock::now();
+        std::string e1 = error_of<PeerError>([&] { sw->wait(std::chrono::seconds(30)); });
+        EXPECT_TRUE(contains(e1, "rank 1")) << e1;
+        std::string e2 = error_of<PeerError>([&] {
+          auto rw = pg->irecv(Tensor::of(in), 1, 9);
+          rw->wait(std::chrono::seconds(30));
+        });
+        EXPECT_TRUE(contains(e2, "rank 1")) << e2;
+        EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(25)) << e1 << e2;
+        pg->destroy();
+      },
+      o);
+  EXPECT_RANKS_OK(r);
+}
+
+// 1000 rendezvous-sized transfers in flight each way at once, half of the receives posted
+// before the messages and half after.
+TEST_P(UcxTagged, ThousandsInFlight) {
+  auto r = run_ranks(
+      2,
+      [&](RankContext& c) {
+        auto pg = make_world(c, "ucx");
+        int peer = 1 - c.rank;
+        constexpr int kMsgs = 1000;
+        constexpr size_t kN = 16400;  // int32: 65600 bytes, just above the threshold
+        std::vector<std::vector<int32_t>> out(kMsgs, std::vector<int32_t>(kN)),
+            in(kMsgs, std::vector<int32_t>(kN, -1));
+        std::vector<std::shared_ptr<Work>> ws;
+        for (int i = 0; i < kMsgs / 2; ++i)
+          ws.push_back(pg->irecv(Tensor::of(in[static_cast<size_t>(i)]), peer, 4));
+        for (int i = 0; i < kMsgs; ++i) {
+          auto& v = out[static_cast<size_t>(i)];
+          for (size_t k = 0; k < kN; k += 1000) v[k] = i * 7 + c.rank;
+          v[kN - 1] = i * 7 + c.rank;
+          ws.push_back(pg->isend(Tensor::of(v), peer, 4));
+        }
+        for (int i = kMsgs / 2; i < kMsgs; ++i)
+          ws.push_back(pg->irecv(Tensor::of(in[static_cast<size_t>(i)]), peer, 4));
+        for (auto& w : ws) w->wait();
+        for (int i = 0; i < kMsgs; ++i) {
+          auto& v = in[static_cast<size_t>(i)];
+          for (size_t k = 0; k < kN; k += 1000) ASSERT_EQ(v[k], i * 7 + peer) << i;
+          ASSERT_EQ(v[kN - 1], i * 7 + peer) << i;
+        }
+        pg->destroy();
+      },
+      opts());
+  EXPECT_RANKS_OK(r);
+}
+
+INSTANTIATE_TEST_SUITE_P(Ucx, UcxTagged,
+                         ::testing::Values(Lane{"tcp", "tcp"}, Lane{"shm", "shm,self"}),
+                         [](const auto& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace tpcomm::testing
