@@ -16,6 +16,9 @@ BUILD=${1:-build}
 SIZES=${SIZES:-8,128,2K,32K,128K,512K,2M,8M,32M,256M}
 REPEATS=${REPEATS:-3}
 OPS=${OPS:-allreduce,broadcast,allgather}
+# mpirun binds each of its 2 ranks to a core by default; tprun does when asked. BIND= (empty)
+# leaves tpcomm's ranks to the scheduler, as torchrun does.
+BIND=${BIND---bind-to core}
 HERE=$(cd "$(dirname "$0")" && pwd)
 PEERS=$HERE/../../shared/peers
 OUT=$(mktemp -d /tmp/tpcomm-compare-XXXXXX)
@@ -51,8 +54,8 @@ tpcomm_run() {  # transport peer-name
   for op in ${OPS//,/ }; do
     for s in ${SIZES//,/ }; do
       s=$(bytes "$s")
-      timeout -s KILL 300 "$BUILD/bin/tprun" --standalone --nproc-per-node 2 "$BUILD/bin/tpbench" \
-        -t "$t" -o "$op" -b "$s" -e "$s" $(schedule "$s") --csv 2>/dev/null |
+      timeout -s KILL 300 "$BUILD/bin/tprun" --standalone --nproc-per-node 2 $BIND \
+        "$BUILD/bin/tpbench" -t "$t" -o "$op" -b "$s" -e "$s" $(schedule "$s") --csv 2>/dev/null |
         sed 's/^\[rank 0\]: //' | awk -F, -v peer="$name" \
           '$1 != "op" && NF > 10 { printf "%s %s %s %s %s %s\n", peer, $1, $2, $8, $9, $10 }'
     done

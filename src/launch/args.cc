@@ -35,7 +35,7 @@ constexpr FlagSpec kFlags[] = {
     {"--rdzv-endpoint", true},  {"--rdzv-backend", true},
     {"--rdzv-id", true},        {"--run-id", true},
     {"--job-id", true},         {"--no-prefix", false},
-    {"--help", false},
+    {"--bind-to", true},        {"--help", false},
 };
 
 [[noreturn]] void bad(const std::string& what) {
@@ -294,6 +294,10 @@ Options parse_args(int argc, const char* const* argv) {
       o.job_id = value;
     } else if (name == "--no-prefix") {
       o.prefix_output = false;
+    } else if (name == "--bind-to") {
+      if (value != "core" && value != "none")
+        bad("--bind-to '" + value + "' is not supported: core (one CPU per local rank) or none");
+      o.bind_to_core = value == "core";
     }
   }
   if (i < argc) {
@@ -393,6 +397,8 @@ options (underscores work too: --nproc_per_node):
                          2 stderr, 3 both, or per local rank: 0:3,1:2
   --tee S                write stream(s) S to console and files (the default with --log-dir)
   --no-prefix            do not put "[rank N]: " before each line of worker output
+  --bind-to core|none    core: pin local rank i to the i-th CPU tprun may use (as mpirun
+                         binds); none: let the scheduler place workers (default)
   -h, --help             show this help
 
 environment: TPCOMM_LAUNCH_GRACE (SIGTERM to SIGKILL grace, default 5s).

@@ -74,14 +74,19 @@ std::string find_program(const std::string& program, const std::string& path);
 std::vector<std::string> merge_env(const std::vector<std::string>& base,
                                    const std::vector<std::string>& overrides);
 
+/// The CPUs this process may run on, in increasing order (sched_getaffinity); local rank i
+/// of `tprun --bind-to core` gets entry i modulo the count.
+std::vector<int> usable_cpus();
+
 /// One running worker: its own process group, stdout/stderr read through pipes.
 class Worker {
  public:
   /// Starts `path` with argv and envp in a new process group (tprun's handlers reset,
   /// nothing blocked, killed when tprun dies), its stdout and stderr on fresh non-blocking
-  /// pipes. Throws Error naming the program and the rank when it cannot be started.
+  /// pipes; `cpu` >= 0 pins it to that CPU before it runs. Throws Error naming the program
+  /// and the rank when it cannot be started (or pinned).
   Worker(int local_rank, int rank, const std::string& path, const std::vector<std::string>& argv,
-         const std::vector<std::string>& envp);
+         const std::vector<std::string>& envp, int cpu = -1);
   /// Kills the process group and reaps the worker if that did not happen yet (bounded).
   ~Worker();
   Worker(const Worker&) = delete;

@@ -221,11 +221,23 @@ class Attempt {
     std::vector<std::string> argv;
     argv.push_back(o_.program);
     argv.insert(argv.end(), o_.args.begin(), o_.args.end());
+    std::vector<int> cpus;
+    if (o_.bind_to_core) {
+      cpus = detail::usable_cpus();
+      if (cpus.empty()) {
+        TPLOG(WARN, LAUNCH) << "tprun: --bind-to core: cannot read this process's CPU set "
+                               "(sched_getaffinity); workers run unbound";
+      } else if (static_cast<size_t>(o_.nproc_per_node) > cpus.size()) {
+        TPLOG(WARN, LAUNCH) << "tprun: --bind-to core: " << o_.nproc_per_node << " workers share "
+                            << cpus.size() << " CPUs (bound round-robin)";
+      }
+    }
     for (int local = 0; local < o_.nproc_per_node; ++local) {
       int rank = o_.node_rank * o_.nproc_per_node + local;
+      int cpu = cpus.empty() ? -1 : cpus[static_cast<size_t>(local) % cpus.size()];
       // On failure the Workers already started are killed and reaped by their destructors.
       workers_.push_back(std::make_unique<Worker>(local, rank, job_.path, argv,
-                                                  worker_env(job_, local, restart_)));
+                                                  worker_env(job_, local, restart_), cpu));
       std::string prefix = o_.prefix_output ? "[rank " + std::to_string(rank) + "]: " : "";
       int fout = job_.logs.empty() ? -1 : job_.logs[local].out.get();
       int ferr = job_.logs.empty() ? -1 : job_.logs[local].err.get();

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -126,8 +127,14 @@ std::vector<char*> c_strings(const std::vector<std::string>& v) {
 // In the forked child, before execve: async-signal-safe calls only (tprun has threads, the
 // store's server among them). Never returns.
 [[noreturn]] void exec_child(pid_t parent, int out_w, int err_w, int report_w, const char* path,
-                             char* const* argv, char* const* envp) {
+                             char* const* argv, char* const* envp, const cpu_set_t* cpus) {
   ::setpgid(0, 0);  // its own group: tprun signals the worker and all it starts
+  if (cpus != nullptr && ::sched_setaffinity(0, sizeof(cpu_set_t), cpus) != 0) {
+    int e = -errno;  // negative: the pinning failed, not the exec
+    ssize_t n = ::write(report_w, &e, sizeof(e));
+    (void)n;
+    ::_exit(127);
+  }
   // If tprun dies (even by SIGKILL), the worker goes too rather than running on unsupervised.
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != parent) ::_exit(127);
@@ -163,9 +170,22 @@ int above_stdio(int fd) {
 
 }  // namespace
 
+std::vector<int> usable_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> cpus;
+  if (::sched_getaffinity(0, sizeof(set), &set) != 0) return cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  return cpus;
+}
+
 Worker::Worker(int local_rank, int rank, const std::string& path,
-               const std::vector<std::string>& argv, const std::vector<std::string>& envp)
+               const std::vector<std::string>& argv, const std::vector<std::string>& envp, int cpu)
     : local_rank_(local_rank), rank_(rank) {
+  cpu_set_t pin;
+  CPU_ZERO(&pin);
+  if (cpu >= 0) CPU_SET(cpu, &pin);
   UniqueFd out_w, err_w, report_r, report_w;
   make_pipe(&out_, &out_w, rank);
   make_pipe(&err_, &err_w, rank);
@@ -188,7 +208,7 @@ Worker::Worker(int local_rank, int rank, const std::string& path,
   pid_t pid = ::fork();
   if (pid == 0)
     exec_child(parent, out_w.get(), err_w.get(), report_w.get(), path.c_str(), c_argv.data(),
-               c_envp.data());
+               c_envp.data(), cpu >= 0 ? &pin : nullptr);
   int fork_errno = errno;
   ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
   if (pid < 0)
@@ -205,12 +225,16 @@ Worker::Worker(int local_rank, int rank, const std::string& path,
     int st;
     while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
     }
+    if (child_errno < 0)
+      throw Error("tprun: cannot pin rank " + std::to_string(rank) + " to CPU " +
+                  std::to_string(cpu) + " (--bind-to core): " + strerror(-child_errno));
     throw Error("tprun: cannot start rank " + std::to_string(rank) + " ('" + path +
                 "'): " + strerror(child_errno));
   }
   pid_ = pid;
   TPLOG(INFO, LAUNCH) << "tprun: started rank " << rank << " (local " << local_rank << ") as pid "
-                      << pid << ": " << path;
+                      << pid << (cpu >= 0 ? " on CPU " + std::to_string(cpu) : std::string())
+                      << ": " << path;
 }
 
 Worker::~Worker() { reap(); }

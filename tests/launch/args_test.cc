@@ -112,6 +112,14 @@ TEST(LaunchArgs, EveryFlagBothForms) {
   EXPECT_EQ(o.args, (std::vector<std::string>{"a", "--nnodes", "9"}));
 }
 
+TEST(LaunchArgs, BindTo) {
+  EXPECT_FALSE(parse({"p"}).bind_to_core);
+  EXPECT_TRUE(parse({"--bind-to", "core", "p"}).bind_to_core);
+  EXPECT_FALSE(parse({"--bind_to=none", "p"}).bind_to_core);
+  EXPECT_ERROR(({"--bind-to", "socket", "p"}),
+               "--bind-to 'socket' is not supported: core (one CPU per local rank) or none");
+}
+
 TEST(LaunchArgs, UnderscoreSpellingsAndAliases) {
   Options o = parse({"--nproc_per_node=2", "--max_restarts=1", "--job-id", "j", "p"});
   EXPECT_EQ(o.nproc_per_node, 2);

@@ -2,6 +2,7 @@
 // status wording.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -159,6 +160,20 @@ TEST(LaunchParts, WorkerStartFailureNamesRank) {
     FAIL();
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("cannot start rank 5"), std::string::npos) << e.what();
+  }
+}
+
+// A CPU outside the allowed set (--bind-to core only picks allowed ones; the machine's set
+// may shrink under a cgroup): a clear error naming the rank and the CPU, nothing left running.
+TEST(LaunchParts, WorkerPinFailureNamesRankAndCpu) {
+  try {
+    Worker w(0, 3, "/bin/sh", {"sh", "-c", "exit 0"}, {}, CPU_SETSIZE - 1);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("cannot pin rank 3 to CPU " + std::to_string(CPU_SETSIZE - 1)),
+        std::string::npos)
+        << e.what();
   }
 }
 

@@ -196,6 +196,28 @@ TEST(Tprun, NoPrefix) {
   EXPECT_EQ(r.out, "hello\nhello\n") << describe(r);
 }
 
+// --bind-to core: local rank i runs on the i-th usable CPU, wrapping around; without it each
+// worker may use every CPU tprun may.
+TEST(Tprun, BindToCorePinsEachLocalRank) {
+  std::vector<int> cpus = detail::usable_cpus();
+  ASSERT_FALSE(cpus.empty());
+  const std::string show = "grep Cpus_allowed_list /proc/self/status | cut -f2";
+  RunResult r = lt::run_tprun(job(3, show, {"--bind-to", "core"}));
+  EXPECT_EQ(r.status, 0) << describe(r);
+  for (int local = 0; local < 3; ++local) {
+    std::string line = "[rank " + std::to_string(local) +
+                       "]: " + std::to_string(cpus[static_cast<size_t>(local) % cpus.size()]) +
+                       "\n";
+    EXPECT_TRUE(contains(r.out, line)) << line << describe(r);
+  }
+  RunResult free_run = lt::run_tprun(job(1, show));
+  EXPECT_EQ(free_run.status, 0) << describe(free_run);
+  if (cpus.size() > 1) {
+    EXPECT_FALSE(contains(free_run.out, "[rank 0]: " + std::to_string(cpus[0]) + "\n"))
+        << describe(free_run);
+  }
+}
+
 TEST(Tprun, WorkersSeeTheirEnvironment) {
   // Node 1 of 2 hosts no store, so the port is passed through as given.
   RunResult r = lt::run_tprun(
