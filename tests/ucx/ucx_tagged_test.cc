@@ -34,7 +34,7 @@ class UcxTagged : public ::testing::TestWithParam<Lane> {
   RunOptions opts() const {
     RunOptions o;
     o.timeout = std::chrono::seconds(120);
-    // Every rendezvous size takes the tagged path (the default sends above 2 MiB by CTS).
+    // Every rendezvous size takes the tagged path (the default sends above 1 MiB by CTS).
     o.env = {{"TPCOMM_UCX_TLS", GetParam().tls},
              {"TPCOMM_TRANSPORT", "ucx"},
              {"TPCOMM_UCX_TAGGED_MAX", "1G"}};

@@ -34,7 +34,7 @@ constexpr Param kParams[] = {
    "ucx transport: large messages without the protocol's CTS round trip: the sender posts the "
    "data as a tagged message right after the RTS and UCX matches it to the receive. auto: on "
    "unless TPCOMM_UCX_PUT=rma; off: RTS -> CTS -> put as on other transports.", "ucx"},
-  {"TPCOMM_UCX_TAGGED_MAX", T::Size, "2M", "",
+  {"TPCOMM_UCX_TAGGED_MAX", T::Size, "1M", "",
    "ucx transport: the largest message sent without the CTS round trip (TPCOMM_UCX_TAGGED); "
    "larger ones take RTS -> CTS -> put, measured faster for them over UCX's tcp.", "ucx"},
   {"TPCOMM_UCX_TLS", T::String, "", "",

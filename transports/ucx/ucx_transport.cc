@@ -178,8 +178,8 @@ UcxTransport::UcxTransport(const transport::TransportContext& ctx, const Options
   // (no CTS round trip) and the receiver takes it with ucp_tag_recv_nbx. Not when put is
   // forced to ucp_put_nbx (TPCOMM_UCX_PUT=rma): then the protocol's puts are what is asked for.
   caps_.tagged_data = opt_.tagged && opt_.put != PutMode::Rma;
-  // Measured (bench/RESULTS.md): over UCX's tcp the CTS path moves 4-16 MiB 10-20% faster in
-  // the same run (not understood yet); up to 2 MiB the tagged path is as fast or faster.
+  // Measured (bench/RESULTS.md): over UCX's tcp the CTS path moves 2-16 MiB 10-20% faster in
+  // the same run (not understood yet); at 1 MiB the tagged path is faster.
   caps_.tagged_data_max = opt_.tagged_max;
   caps_.max_put = SIZE_MAX;
   caps_.recv_slots = 0;  // UCX does its own flow control; too many requests -> NoResource

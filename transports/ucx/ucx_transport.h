@@ -35,7 +35,7 @@ struct Options {
   size_t rndv_threshold = 32 * 1024;
   int recv_depth = 32;
   bool tagged = true;  ///< TPCOMM_UCX_TAGGED: Capabilities::tagged_data (unless put is rma)
-  size_t tagged_max = 2u << 20;  ///< TPCOMM_UCX_TAGGED_MAX: Capabilities::tagged_data_max
+  size_t tagged_max = 1u << 20;  ///< TPCOMM_UCX_TAGGED_MAX: Capabilities::tagged_data_max
   static Options from_env();
 };
 
