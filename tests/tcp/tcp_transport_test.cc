@@ -12,6 +12,7 @@
 #include <tuple>
 
 #include "tcp/tcp_test_util.h"
+#include "transports/tcp/device.h"
 
 namespace tpcomm::transport::tcp_test {
 namespace {
@@ -274,6 +275,19 @@ TEST_P(TcpTransportTest, PeerKilledMidMessageFailsNamingTheRank) {
     sa.errors.clear();
   }
   EXPECT_TRUE(sa.arrived.empty());
+}
+
+// A socket buffer too small to move data on loopback is raised to the floor; 0 (the kernel's
+// auto-tuning) and larger values are kept.
+TEST(TcpOptions, TinySocketBuffersAreRaised) {
+  for (auto [given, expect] :
+       {std::pair<const char*, uint64_t>{"4096", 65536}, {"0", 0}, {"256K", 262144}}) {
+    setenv("TPCOMM_SOCKET_BUFSIZE", given, 1);
+    config::reload();
+    EXPECT_EQ(::tpcomm::tcp::Options::from_env().bufsize, expect) << given;
+  }
+  unsetenv("TPCOMM_SOCKET_BUFSIZE");
+  config::reload();
 }
 
 INSTANTIATE_TEST_SUITE_P(Tcp, TcpTransportTest, ::testing::Values("1", "8"),

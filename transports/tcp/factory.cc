@@ -2,6 +2,7 @@
 #include <sys/socket.h>
 
 #include "core/config.h"
+#include "core/log.h"
 #include "tpcomm/transport/transport.hpp"
 #include "transports/tcp/device.h"
 
@@ -17,7 +18,8 @@ constexpr Param kParams[] = {
    "tcp transport: local IP address to listen on and connect from (overrides "
    "TPCOMM_SOCKET_IFNAME), e.g. 127.0.0.2 to give a rank its own loopback address.", "tcp"},
   {"TPCOMM_SOCKET_BUFSIZE", T::Size, "0", "",
-   "tcp transport: SO_SNDBUF/SO_RCVBUF of data sockets; 0 keeps the kernel's auto-tuning.",
+   "tcp transport: SO_SNDBUF/SO_RCVBUF of data sockets; 0 keeps the kernel's auto-tuning; "
+   "values below 64K are raised to 64K (smaller windows stall in TCP's zero-window probes).",
    "tcp"},
   {"TPCOMM_SOCKET_FAMILY", T::Enum, "any", "any|ipv4|ipv6|AF_INET|AF_INET6",
    "tcp transport: address family of the interfaces it uses (as NCCL_SOCKET_FAMILY).", "tcp"},
@@ -39,6 +41,9 @@ constexpr Param kParams[] = {
 
 }  // namespace
 
+// The smallest socket buffer TPCOMM_SOCKET_BUFSIZE may ask for.
+constexpr uint64_t kMinBufsize = 64 * 1024;
+
 Options Options::from_env() {
   Options o;
   o.nsocks = static_cast<int>(config::get_int("TPCOMM_SOCKET_NSOCKS"));
@@ -49,6 +54,14 @@ Options Options::from_env() {
              : fam == "ipv6" || fam == "af_inet6" ? AF_INET6
                                                   : AF_UNSPEC;
   o.bufsize = config::get_size("TPCOMM_SOCKET_BUFSIZE");
+  if (o.bufsize > 0 && o.bufsize < kMinBufsize) {
+    // Measured on loopback: 4 KiB buffers stalled a transfer for over 30 s (TCP's persist
+    // timer probing a zero window), 16 KiB and above moved.
+    TPLOG(WARN, TCP) << "TPCOMM_SOCKET_BUFSIZE=" << o.bufsize << " is below " << kMinBufsize
+                     << " bytes, where transfers stall in TCP's zero-window probing; using "
+                     << kMinBufsize;
+    o.bufsize = kMinBufsize;
+  }
   o.frame = std::max<uint64_t>(64 * 1024, config::get_size("TPCOMM_SOCKET_FRAME"));
   o.poll_every = static_cast<int>(config::get_int("TPCOMM_SOCKET_POLL_EVERY"));
   return o;
