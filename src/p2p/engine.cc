@@ -190,7 +190,7 @@ std::vector<std::string> Engine::candidates_locked(const std::string& backend) {
 }
 
 void Engine::prepare_backend(const std::string& backend) {
-  std::lock_guard<std::mutex> lk(mu_);
+  auto lk = lock_engine();
   for (const std::string& n : candidates_locked(backend)) make_slot_locked(n);
 }
 
@@ -379,18 +379,18 @@ Link* Engine::link_for(std::unique_lock<std::mutex>& lk, const std::string& back
 }
 
 Engine::LinkDescription Engine::describe_link(const std::string& backend, int peer) {
-  std::unique_lock<std::mutex> lk(mu_);
+  auto lk = lock_engine();
   Link* l = link_for(lk, backend, peer);
   return {l->slot->name, l->reason};
 }
 
 std::string Engine::transport_for(const std::string& backend, int peer) {
-  std::unique_lock<std::mutex> lk(mu_);
+  auto lk = lock_engine();
   return link_for(lk, backend, peer)->slot->name;
 }
 
 transport::Capabilities Engine::link_capabilities(const std::string& backend, int peer) {
-  std::unique_lock<std::mutex> lk(mu_);
+  auto lk = lock_engine();
   return link_for(lk, backend, peer)->slot->caps;
 }
 
@@ -398,14 +398,14 @@ void Engine::connect_all(const std::string& backend, const std::vector<int>& pee
                          Deadline deadline) {
   std::vector<Link*> links;
   {
-    std::unique_lock<std::mutex> lk(mu_);
+    auto lk = lock_engine();
     for (int p : peers)
       if (p != opt_.rank) links.push_back(link_for(lk, backend, p));
   }
   for (;;) {
     std::string missing;
     {
-      std::lock_guard<std::mutex> lk(mu_);
+      auto lk = lock_engine();
       progress_locked();
       for (Link* l : links) {
         if (l->failed)
@@ -466,6 +466,10 @@ bool Engine::post_msg_locked(Link& l, uint8_t* hdr, size_t hdr_len, const void* 
 }
 
 bool Engine::try_post_locked(Link& l, Pending& p) {
+  if (p.is_discard) {
+    if (!l.failed && !dead_peers_.count(l.peer)) l.slot->tr->discard_tagged(l.peer, p.data_id);
+    return true;
+  }
   if (!p.is_put)
     return post_msg_locked(l, p.hdr.data(), p.hdr.size(), p.payload, p.payload_len, p.op);
   if (l.failed) {

@@ -59,6 +59,11 @@ struct Pending {
   uint32_t imm = 0;
   /// A put (is_put) that is tagged data under op->data_id instead (Endpoint::send_tagged).
   bool is_tagged = false;
+  /// Not a post: drop the peer's tagged data `data_id` (Transport::discard_tagged) once the
+  /// messages queued before it (the refusal's CTS) are posted, so the sender hears of the
+  /// refusal before its data send completes.
+  bool is_discard = false;
+  uint64_t data_id = 0;
 };
 
 /// A connection to one peer through one transport.
@@ -187,6 +192,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
 
   // EventSink entry points (called from Slot's sink adapter under the engine lock).
   void handle_message(Slot& s, int peer, std::span<const uint8_t> data);
+  void handle_message_unguarded(Slot& s, int peer, std::span<const uint8_t> data);
   void handle_put_arrived(Slot& s, int peer, uint32_t imm);
   void handle_put_done(Slot& s, uint64_t cookie, bool ok);
   void handle_peer_error(Slot& s, int peer, const std::string& reason);
@@ -233,6 +239,8 @@ class Engine : public std::enable_shared_from_this<Engine> {
   /// Drops the tagged data of an RtsData message that no receive will take (refused, or its
   /// group is gone), so that the transport does not hold it and the sender's send completes.
   void discard_tagged_locked(Slot& s, const Header& h, const Rts& r);
+  /// Refuses tagged data: the CTS `c` with the reason, then the data dropped behind it.
+  void refuse_tagged_locked(Link& l, const Header& h, const Cts& c, const Rts& r);
 
   // Completion (engine lock).
   void complete_locked(const std::shared_ptr<Op>& op);
@@ -253,6 +261,20 @@ class Engine : public std::enable_shared_from_this<Engine> {
 
   Options opt_;
   mutable std::mutex mu_;  // the engine lock: protocol state and every transport call
+  /// Threads blocked on mu_ (lock_engine). std::mutex is not fair: a spinning wait that takes
+  /// it back with try_lock right after each unlock would starve them (a post from another
+  /// thread, destroy) for as long as it spins, so it steps aside while this is non-zero.
+  mutable std::atomic<int> lock_wanted_{0};
+  /// Takes mu_: at once when free, else announced in lock_wanted_ while blocking.
+  std::unique_lock<std::mutex> lock_engine() const {
+    std::unique_lock<std::mutex> lk(mu_, std::try_to_lock);
+    if (!lk.owns_lock()) {
+      lock_wanted_.fetch_add(1, std::memory_order_relaxed);
+      lk.lock();
+      lock_wanted_.fetch_sub(1, std::memory_order_relaxed);
+    }
+    return lk;
+  }
   std::condition_variable done_cv_;
 
   std::vector<std::unique_ptr<Slot>> slots_;

@@ -32,14 +32,14 @@ std::string Engine::group_name_locked(uint64_t group) const {
 }
 
 void Engine::add_group(GroupInfo& g) {
-  std::lock_guard<std::mutex> lk(mu_);
+  auto lk = lock_engine();
   g.backend_id = backend_id_locked(g.backend);
   groups_[g.id] = g;
   removed_groups_.erase(g.id);
 }
 
 void Engine::remove_group(uint64_t group) {
-  std::lock_guard<std::mutex> lk(mu_);
+  auto lk = lock_engine();
   std::string name = group_name_locked(group);
   groups_.erase(group);
   removed_groups_.insert(group);
@@ -94,7 +94,7 @@ void Engine::post_send(const GroupInfo& g, int dst, int tag, const Tensor& t,
   op->peer = dst;
   op->tag = tag;
   op->tensor = t;
-  std::unique_lock<std::mutex> lk(mu_);
+  auto lk = lock_engine();
   if (shut_down_) throw AbortedError(op->describe() + ": the process group was destroyed");
   if (!dead_peers_.empty()) {
     auto dead = dead_peers_.find(dst);
@@ -159,7 +159,7 @@ void Engine::post_recv(const GroupInfo& g, int src, int tag, const Tensor& t,
   op->peer = src;
   op->tag = tag;
   op->tensor = t;
-  std::lock_guard<std::mutex> lk(mu_);
+  auto lk = lock_engine();
   if (shut_down_) throw AbortedError(op->describe() + ": the process group was destroyed");
   size_t bytes = t.nbytes();
   auto start = reinterpret_cast<uintptr_t>(t.data);
@@ -196,7 +196,7 @@ void Engine::post_recv(const GroupInfo& g, int src, int tag, const Tensor& t,
 
 bool Engine::cancel(const std::shared_ptr<Op>& op, Deadline grace) {
   {
-    std::lock_guard<std::mutex> lk(mu_);
+    auto lk = lock_engine();
     if (op->done.load(std::memory_order_relaxed)) return true;
     if (op->stage != Op::Stage::Transfer) {
       if (op->kind == Op::Kind::Send && op->link) {
@@ -228,13 +228,13 @@ bool Engine::cancel(const std::shared_ptr<Op>& op, Deadline grace) {
 }
 
 std::string Engine::peer_failure(int peer) {
-  std::lock_guard<std::mutex> lk(mu_);
+  auto lk = lock_engine();
   auto it = dead_peers_.find(peer);
   return it == dead_peers_.end() ? std::string() : it->second;
 }
 
 std::vector<Engine::Unmatched> Engine::unmatched(uint64_t group) {
-  std::lock_guard<std::mutex> lk(mu_);
+  auto lk = lock_engine();
   std::vector<Unmatched> out;
   for (uint64_t id : matcher_.messages_in_group(group)) {
     auto it = incoming_.find(id);
@@ -247,6 +247,17 @@ std::vector<Engine::Unmatched> Engine::unmatched(uint64_t group) {
 // ---- arrivals ----------------------------------------------------------------------------
 
 void Engine::handle_message(Slot& s, int peer, std::span<const uint8_t> data) {
+  try {
+    handle_message_unguarded(s, peer, data);
+  } catch (const NotSupportedError& e) {
+    // Tagged data (RtsData) over a transport that cannot receive it: only a peer of another
+    // build or a corrupt stream sends that. The link goes, not the progress loop.
+    fail_peer_locked(peer, "rank " + std::to_string(peer) + " sent a message the " + s.name +
+                               " transport cannot take: " + e.what());
+  }
+}
+
+void Engine::handle_message_unguarded(Slot& s, int peer, std::span<const uint8_t> data) {
   // The latency path: an eager message whose receive is posted already, on a transport
   // without credits. It skips the full decode and the general matching; the receive
   // completes with the bytes copied from the transport's buffer (on_match_locked checks the
@@ -383,9 +394,12 @@ void Engine::on_match_locked(const std::shared_ptr<Op>& recv, uint64_t msg_id) {
       c.send_id = in->rts.send_id;
       c.status = refuse;
       c.reason = reason.substr(0, kMaxReason);
-      send_cts_locked(*link_locked(*in->slot, h.src), h, c);
-      // The refusal goes first: the sender's send completes once its data is dropped here.
-      if (h.type == MsgType::RtsData) discard_tagged_locked(*in->slot, h, in->rts);
+      Link& l = *link_locked(*in->slot, h.src);
+      if (h.type == MsgType::RtsData) {
+        refuse_tagged_locked(l, h, c, in->rts);
+      } else {
+        send_cts_locked(l, h, c);
+      }
     }
     return;
   }
@@ -411,8 +425,11 @@ void Engine::start_rendezvous_recv_locked(const std::shared_ptr<Op>& recv, Incom
                " cannot register its receive buffer: " + e.what();
     c.reason.resize(std::min(c.reason.size(), kMaxReason));
     fail_locked(recv, std::current_exception());
-    send_cts_locked(*l, in.h, c);
-    if (tagged) discard_tagged_locked(*in.slot, in.h, in.rts);
+    if (tagged) {
+      refuse_tagged_locked(*l, in.h, c, in.rts);
+    } else {
+      send_cts_locked(*l, in.h, c);
+    }
     return;
   }
   if (tagged) {
@@ -459,6 +476,22 @@ void Engine::send_cts_locked(Link& l, const Header& req, const Cts& c) {
 void Engine::discard_tagged_locked(Slot& s, const Header& h, const Rts& r) {
   if (dead_peers_.count(h.src)) return;
   s.tr->discard_tagged(h.src, r.data_id);
+}
+
+void Engine::refuse_tagged_locked(Link& l, const Header& h, const Cts& c, const Rts& r) {
+  // The refusal goes first: the sender's data send completes once its data is dropped here,
+  // and must find the refusal already recorded. A CTS left in the queue (back-pressure, or
+  // earlier messages waiting) takes the drop along behind it.
+  send_cts_locked(l, h, c);
+  if (l.queue.empty()) {
+    discard_tagged_locked(*l.slot, h, r);
+    return;
+  }
+  Pending p;
+  p.is_discard = true;
+  p.data_id = r.data_id;
+  l.queue.push_back(std::move(p));
+  backlog_.insert(&l);
 }
 
 void Engine::handle_cts_locked(Link& l, const Decoded& d) {
@@ -535,6 +568,12 @@ void Engine::handle_put_done(Slot& s, uint64_t cookie, bool ok) {
   auto* it = ops_.find(static_cast<uint32_t>(cookie));
   if (!it || (*it)->kind != Op::Kind::Send) return;
   std::shared_ptr<Op> op = *it;
+  if (!ok && op->tagged && op->error) {
+    // A refused tagged send whose dropped data the transport reports as failed (a truncated
+    // receive): the refusal's error is the one to report.
+    complete_locked(op);
+    return;
+  }
   if (!ok) {
     fail_locked(
         op, std::make_exception_ptr(PeerError(op->describe() + ": the " + s.name + " put to rank " +

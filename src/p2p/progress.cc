@@ -136,7 +136,7 @@ void Engine::heartbeat_locked() {
 void Engine::make_wanted_links() {
   std::vector<std::pair<Slot*, int>> want;
   {
-    std::lock_guard<std::mutex> lk(mu_);
+    auto lk = lock_engine();
     want.swap(need_link_);
   }
   for (auto [slot, peer] : want) {
@@ -146,7 +146,7 @@ void Engine::make_wanted_links() {
       std::string key = "link/" + slot->name + "/" + std::to_string(peer);
       if (!opt_.store->check({key})) continue;
       peer_address(slot->name, peer);
-      std::lock_guard<std::mutex> lk(mu_);
+      auto lk = lock_engine();
       if (shut_down_ || dead_peers_.count(peer)) continue;
       link_locked(*slot, peer);
     } catch (const std::exception& e) {
@@ -249,7 +249,11 @@ void Engine::wait_impl(Op& op, std::chrono::steady_clock::time_point until,
             if (op.done.load(std::memory_order_acquire)) break;
           }
         }
-        if (mu_.try_lock()) {
+        // Another thread blocks on the lock (a post, destroy, shutdown): leave it the lock,
+        // which it would otherwise lose at every hand-off to this loop's try_lock.
+        if (lock_wanted_.load(std::memory_order_relaxed) > 0) {
+          cpu_relax();
+        } else if (mu_.try_lock()) {
           // A few rounds per lock: the lock's two atomic operations cost as much as a round
           // that finds nothing, and a shorter round sees an arrival sooner. A round that
           // found nothing pauses once: re-reading the line where the next message will land
@@ -290,7 +294,7 @@ void Engine::wait_impl(Op& op, std::chrono::steady_clock::time_point until,
           hint_ok = false;
           stop_spinning(true);
           wake_progress_thread();
-          std::unique_lock<std::mutex> lk(mu_);
+          auto lk = lock_engine();
           while (!op.done.load(std::memory_order_acquire) && Clock::now() < until && !stop_) {
             auto wake = std::min(until, Clock::now() + std::chrono::milliseconds(100));
             done_cv_.wait_until(lk, wake);
@@ -316,7 +320,7 @@ void Engine::wait_impl(Op& op, std::chrono::steady_clock::time_point until,
 }
 
 std::string Engine::waiting_for(const Op& op) {
-  std::lock_guard<std::mutex> lk(mu_);
+  auto lk = lock_engine();
   std::ostringstream os;
   std::string peer =
       op.peer == kAnySource ? std::string("any rank") : "rank " + std::to_string(op.peer);
@@ -377,7 +381,7 @@ void Engine::progress_thread_main() {
     int timeout_ms = 200;  // a safety net; wake-ups come through the fds
     bool want_links = false;
     {
-      std::lock_guard<std::mutex> lk(mu_);
+      auto lk = lock_engine();
       if (progress_locked(true) > 0) {
         sleep = false;
       } else {
@@ -406,7 +410,7 @@ void Engine::progress_thread_main() {
 
 void Engine::shutdown() {
   {
-    std::lock_guard<std::mutex> lk(mu_);
+    auto lk = lock_engine();
     if (shut_down_) return;
     shut_down_ = true;
   }
@@ -420,7 +424,7 @@ void Engine::shutdown() {
   // Waits in hint mode call the transports without the lock: each leaves that mode at its
   // next look, having seen stop_, before the transports are closed below.
   while (spinners_.load() >= kHintUnit) sched_yield();
-  std::lock_guard<std::mutex> lk(mu_);
+  auto lk = lock_engine();
   // Give queued messages (an eager send reported complete is already on the wire or in the
   // transport) a bounded chance to leave.
   auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);

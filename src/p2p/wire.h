@@ -23,7 +23,7 @@ namespace tpcomm::p2p {
 enum class MsgType : uint8_t { Eager = 1, Rts = 2, Cts = 3, Credit = 4, RtsData = 5 };
 
 inline constexpr uint8_t kWireMagic = 0xA7;
-inline constexpr uint8_t kWireVersion = 1;
+inline constexpr uint8_t kWireVersion = 2;  // 2: RtsData (tagged data without a CTS)
 
 /// Common header (40 bytes on the wire, little-endian).
 struct Header {

@@ -111,6 +111,7 @@ TEST(HintWait, DestroyWhileAThreadSpins) {
         rw->wait();  // both linked
         for (int round = 0; round < 3; ++round) {
           std::atomic<int> outcome{0};  // 1: aborted, 2: other error, 3: returned
+          std::string what;             // the error's text (read after the join)
           int32_t never = -1;
           auto w = pg->irecv(Tensor::of(&never, 1), peer, 100 + round);
           std::thread waiter([&] {
@@ -119,7 +120,8 @@ TEST(HintWait, DestroyWhileAThreadSpins) {
               outcome = 3;
             } catch (const AbortedError&) {
               outcome = 1;
-            } catch (const std::exception&) {
+            } catch (const std::exception& e) {
+              what = e.what();
               outcome = 2;
             }
           });
@@ -134,14 +136,16 @@ TEST(HintWait, DestroyWhileAThreadSpins) {
           } else if (c.rank == 0) {
             pg->destroy();
             waiter.join();
-            EXPECT_EQ(outcome.load(), 1) << "the spinning wait did not end with AbortedError";
+            EXPECT_EQ(outcome.load(), 1)
+                << "the spinning wait did not end with AbortedError: " << what;
             c.store->set("destroyed0", {1});
           } else {
             // Rank 0 going away may fail this wait first (PeerError); either way it ends.
             c.store->wait({"destroyed0"}, std::chrono::seconds(60));
             pg->destroy();
             waiter.join();
-            EXPECT_TRUE(outcome.load() == 1 || outcome.load() == 2) << outcome.load();
+            EXPECT_TRUE(outcome.load() == 1 || outcome.load() == 2)
+                << outcome.load() << " " << what;
           }
         }
       },
