@@ -164,11 +164,12 @@ constexpr Param kParams[] = {
    "Single-copy shm_direct broadcast and all_gather: readers copy large blocks straight from "
    "their owner's tensor with process_vm_readv (cross-memory attach, probed toward every peer "
    "at creation; the group keeps the staging copies, logging why, when any rank is refused). "
-   "auto: where it measured faster, a broadcast from a root out of place (readers read part "
-   "of each round directly while the root copies it); on: every large broadcast and "
-   "all_gather reads whole blocks directly; off: always through the staging buffers.",
+   "auto: where it measured faster: whole blocks read directly up to 4 MiB, and above that a "
+   "broadcast from a root out of place (readers read part of each round directly while the "
+   "root copies it); on: every broadcast and all_gather block from TPCOMM_SHM_COLL_CMA_MIN up "
+   "reads whole blocks directly; off: always through the staging buffers.",
    "collectives"},
-  {"TPCOMM_SHM_COLL_CMA_MIN", T::Size, "1M", "",
+  {"TPCOMM_SHM_COLL_CMA_MIN", T::Size, "32K", "",
    "Smallest block (all_gather: per rank; broadcast: the tensor) that shm_direct reads with a "
    "single cross-memory copy (TPCOMM_SHM_COLL_CMA); the group uses its ranks' largest value.",
    "collectives"},

@@ -1,8 +1,9 @@
 // all_gather by direct reads. Chunked: each rank copies its block (chunk by chunk) into its
 // staging; every rank then copies every block from its owner's staging into its output.
-// Single copy (TPCOMM_SHM_COLL_CMA=on, large blocks): each rank publishes its input's address,
-// reads every peer's block straight from the peer's input with process_vm_readv, posts that
-// it is done, and returns once every peer has posted the same (its input is no longer read).
+// Single copy (TPCOMM_SHM_COLL_CMA=on, or auto up to a few MiB per block): each rank
+// publishes its input's address, reads every peer's block straight from the peer's input with
+// process_vm_readv, posts that it is done, and returns once every peer has posted the same
+// (its input is no longer read).
 #include <cstring>
 
 #include "collectives/shm/algos.h"
@@ -60,9 +61,10 @@ void allgather_shm(Team& t, const void* in_v, void* out_v, size_t m) {
     }
     return;
   }
-  // Reading a peer's block with process_vm_readv cost as much CPU time per byte as the two
-  // staging copies on the development VM (page pinning): only TPCOMM_SHM_COLL_CMA=on does.
-  if (t.cross_reads(m) && t.cross_always()) {
+  // Reading a peer's large block with process_vm_readv cost as much CPU time per byte as the
+  // two staging copies on the development VM (page pinning); blocks up to a few MiB are read
+  // directly in auto mode too (Team::cross_direct).
+  if (t.cross_direct(m)) {
     allgather_cross(t, in, out, m, in_place, stream);
     return;
   }

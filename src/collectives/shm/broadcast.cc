@@ -2,7 +2,7 @@
 // step descriptor tells the readers; only the root knows whether it is in place):
 //  - staged: the root copies each chunk into its staging (three buffers in turn, so that it
 //    fills the next chunk while the readers copy the last one) and the readers copy it out;
-//  - direct (TPCOMM_SHM_COLL_CMA=on): the root publishes its input's address and each reader
+//  - direct (TPCOMM_SHM_COLL_CMA=on, or auto up to Team::kAutoDirectMax): the root publishes its input's address and each reader
 //    copies the whole tensor from it with process_vm_readv (single copy) while the root makes
 //    its own copy (out of place);
 //  - split (auto, root out of place): rounds of one staged chunk followed by a piece the
@@ -71,7 +71,7 @@ void broadcast_shm(Team& t, void* data_v, const void* src_v, size_t bytes, int r
     const int h = t.acquire_buf(kOp);
     if (is_root) {
       if (first && cross) {
-        mode = t.cross_always() ? kDirect : root_copies ? kSplit : kStaged;
+        mode = t.cross_direct(bytes) ? kDirect : root_copies ? kSplit : kStaged;
         *t.desc(root, h) = StepDesc{reinterpret_cast<uint64_t>(src), mode};
       }
       if (mode != kDirect) std::memcpy(t.staging(root, h), src + off, c);
