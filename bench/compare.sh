@@ -95,7 +95,7 @@ echo "META load $(cut -d' ' -f1-3 /proc/loadavg) after the run" >>"$OUT/meta.txt
 order=tpcomm-shm,mpi-shm,mpi-ucx,tpcomm-tcp,mpi-tcp,gloo-tcp
 if [[ -f $PEERS/collate.py ]] &&
    python3 "$PEERS/collate.py" "$OUT" "$OUT/report.md" --order "$order" >/dev/null 2>&1; then
-  sed -n '/^## allreduce/,/^## Who wins/p' "$OUT/report.md" | sed '$d'
+  sed -n '/^## \(allreduce\|broadcast\|allgather\)$/,/^## Who wins/p' "$OUT/report.md" | sed '$d'
 else
   cat "$OUT"/*.txt
 fi
