@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace tpcomm::testing {
 
@@ -32,5 +33,9 @@ std::atomic<uint64_t>& fake_max_slots_used();
 /// Breaks the link between two ranks of the most recent fake world: both sides see
 /// on_peer_error at their next progress().
 void fake_break_link(int a, int b);
+
+/// Delivers `bytes` to rank `to` as a message from rank `from` of the most recent fake world,
+/// as if `from`'s protocol had sent them (garbage, or a message kind the receiver cannot take).
+void fake_inject(int from, int to, const std::vector<uint8_t>& bytes);
 
 }  // namespace tpcomm::testing

@@ -269,4 +269,14 @@ void fake_break_link(int a, int b) {
   y->deliver(std::move(db));
 }
 
+void fake_inject(int from, int to, const std::vector<uint8_t>& bytes) {
+  std::lock_guard<std::mutex> lk(g_mu);
+  auto t = g_fabric.find(g_by_rank[to]);
+  if (t == g_fabric.end()) return;
+  Delivery d;
+  d.from = from;
+  d.data = bytes;
+  t->second->deliver(std::move(d));
+}
+
 }  // namespace tpcomm::testing

@@ -6,6 +6,8 @@
 
 #include "p2p/fake_transport.h"
 #include "p2p/p2p_test_util.h"
+#include "p2p/wire.h"
+#include "pg/group_state.h"
 
 namespace tpcomm::testing {
 namespace {
@@ -103,6 +105,43 @@ TEST(P2PFake, RefusedRegistrationLeavesNoSequenceGap) {
       EXPECT_EQ(a.front(), 8);
       EXPECT_EQ(a.back(), 8);
       EXPECT_EQ(b.back(), 9);
+    }
+  });
+}
+
+// Tagged data (an RtsData) over a transport that cannot receive it, which only a peer of
+// another build or a corrupt stream sends: the receive it matches fails naming the sender, and
+// the receiver's progress goes on (the transport's NotSupportedError does not escape it).
+TEST(P2PFake, TaggedDataOverATransportWithoutItFailsThePeer) {
+  register_fake_transport(FakeOptions{});
+  run_threads(2, [](int me, ProcessGroup& pg) {
+    std::vector<int32_t> buf(2000, -1);
+    std::shared_ptr<Work> w;
+    if (me == 1) w = pg.irecv(Tensor::of(buf), 0, 77);
+    pg.barrier();  // linked both ways, and the receive is posted
+    if (me == 0) {
+      p2p::Header h;
+      h.dtype = DType::Int32;
+      h.group = pg.state().info.id;
+      h.src = 0;
+      h.tag = 77;
+      h.seq = 0;
+      h.bytes = buf.size() * sizeof(int32_t);
+      p2p::Rts r;
+      r.send_id = 1;
+      r.data_id = 1;
+      std::vector<uint8_t> msg(p2p::kRtsDataSize);
+      msg.resize(p2p::encode_rts_data(h, r, msg.data()));
+      fake_inject(0, 1, msg);
+      return;
+    }
+    try {
+      w->wait(std::chrono::seconds(30));
+      ADD_FAILURE() << "the receive completed";
+    } catch (const PeerError& e) {
+      std::string what = e.what();
+      EXPECT_NE(what.find("rank 0"), std::string::npos) << what;
+      EXPECT_NE(what.find("cannot take"), std::string::npos) << what;
     }
   });
 }
