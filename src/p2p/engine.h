@@ -261,20 +261,8 @@ class Engine : public std::enable_shared_from_this<Engine> {
 
   Options opt_;
   mutable std::mutex mu_;  // the engine lock: protocol state and every transport call
-  /// Threads blocked on mu_ (lock_engine). std::mutex is not fair: a spinning wait that takes
-  /// it back with try_lock right after each unlock would starve them (a post from another
-  /// thread, destroy) for as long as it spins, so it steps aside while this is non-zero.
-  mutable std::atomic<int> lock_wanted_{0};
-  /// Takes mu_: at once when free, else announced in lock_wanted_ while blocking.
-  std::unique_lock<std::mutex> lock_engine() const {
-    std::unique_lock<std::mutex> lk(mu_, std::try_to_lock);
-    if (!lk.owns_lock()) {
-      lock_wanted_.fetch_add(1, std::memory_order_relaxed);
-      lk.lock();
-      lock_wanted_.fetch_sub(1, std::memory_order_relaxed);
-    }
-    return lk;
-  }
+  /// Takes mu_ (blocking).
+  std::unique_lock<std::mutex> lock_engine() const { return std::unique_lock<std::mutex>(mu_); }
   std::condition_variable done_cv_;
 
   std::vector<std::unique_ptr<Slot>> slots_;

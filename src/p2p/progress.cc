@@ -249,11 +249,7 @@ void Engine::wait_impl(Op& op, std::chrono::steady_clock::time_point until,
             if (op.done.load(std::memory_order_acquire)) break;
           }
         }
-        // Another thread blocks on the lock (a post, destroy, shutdown): leave it the lock,
-        // which it would otherwise lose at every hand-off to this loop's try_lock.
-        if (lock_wanted_.load(std::memory_order_relaxed) > 0) {
-          cpu_relax();
-        } else if (mu_.try_lock()) {
+        if (mu_.try_lock()) {
           // A few rounds per lock: the lock's two atomic operations cost as much as a round
           // that finds nothing, and a shorter round sees an arrival sooner. A round that
           // found nothing pauses once: re-reading the line where the next message will land
