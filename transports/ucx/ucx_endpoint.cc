@@ -117,9 +117,13 @@ PostStatus UcxEndpoint::put(const transport::MemoryRegion& src, size_t src_offse
   prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   prm.cb.send = send_cb;
   prm.user_data = r;
-  void* req = u.ucp_tag_send_nbx(ep_, from, length, data_tag(id, t_.ctx_.rank), &prm);
+  // The header went out: on failure the peer learns of it through the broken endpoint.
+  file_data_send(r, u.ucp_tag_send_nbx(ep_, from, length, data_tag(id, t_.ctx_.rank), &prm));
+  return PostStatus::Ok;  // a failure is reported through on_put_done(cookie, false)
+}
+
+void UcxEndpoint::file_data_send(Req* r, void* req) {
   if (UCS_PTR_IS_ERR(req)) {
-    // The header went out: the peer learns of the failure through the broken endpoint.
     r->status = UCS_PTR_STATUS(req);
     t_.on_ep_error(*this, r->status);
   }
@@ -127,7 +131,6 @@ PostStatus UcxEndpoint::put(const transport::MemoryRegion& src, size_t src_offse
     t_.completed_.push_back(r);
   else
     r->ucx = req;
-  return PostStatus::Ok;  // a failure is reported through on_put_done(cookie, false)
 }
 
 PostStatus UcxEndpoint::send_tagged(const transport::MemoryRegion& src, size_t src_offset,
@@ -153,15 +156,8 @@ PostStatus UcxEndpoint::send_tagged(const transport::MemoryRegion& src, size_t s
   // after refusing the message), never merely because UCX buffered it; a refusal's CTS,
   // sent before the peer drops the data, reaches us before this completes.
   const uint8_t* from = static_cast<const uint8_t*>(src.addr()) + src_offset;
-  void* req = t_.u_.ucp_tag_send_sync_nbx(ep_, from, length, tagged_tag(id, t_.ctx_.rank), &prm);
-  if (UCS_PTR_IS_ERR(req)) {
-    r->status = UCS_PTR_STATUS(req);
-    t_.on_ep_error(*this, r->status);
-  }
-  if (req == nullptr || UCS_PTR_IS_ERR(req))
-    t_.completed_.push_back(r);
-  else
-    r->ucx = req;
+  file_data_send(
+      r, t_.u_.ucp_tag_send_sync_nbx(ep_, from, length, tagged_tag(id, t_.ctx_.rank), &prm));
   return PostStatus::Ok;  // a failure is reported through on_put_done(cookie, false)
 }
 

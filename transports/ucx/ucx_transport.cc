@@ -491,6 +491,11 @@ void UcxTransport::handle_put_header(int peer, const uint8_t* p, size_t n,
     ++events;
     return;
   }
+  post_data_recv(peer, imm, to, len, data_tag(id, peer));
+}
+
+void UcxTransport::post_data_recv(int peer, uint32_t imm, uintptr_t to, size_t len,
+                                  uint64_t tag) {
   Req* r = new_req();
   r->kind = Req::DataRecv;
   ++transfers_;
@@ -504,16 +509,12 @@ void UcxTransport::handle_put_header(int peer, const uint8_t* p, size_t n,
   prm.cb.recv = recv_cb;
   prm.user_data = r;
   r->info.length = len;  // in case of an immediate completion
-  void* req = u_.ucp_tag_recv_nbx(worker_, reinterpret_cast<void*>(to), len, data_tag(id, peer),
-                                  ~0ull, &prm);
-  if (UCS_PTR_IS_ERR(req)) {
-    r->status = UCS_PTR_STATUS(req);
+  void* req = u_.ucp_tag_recv_nbx(worker_, reinterpret_cast<void*>(to), len, tag, ~0ull, &prm);
+  if (UCS_PTR_IS_ERR(req)) r->status = UCS_PTR_STATUS(req);
+  if (req == nullptr || UCS_PTR_IS_ERR(req))
     completed_.push_back(r);
-  } else if (req == nullptr) {
-    completed_.push_back(r);
-  } else {
+  else
     r->ucx = req;
-  }
 }
 
 void UcxTransport::recv_tagged(int peer, uint64_t id, const transport::MemoryRegion& dst,
@@ -523,31 +524,9 @@ void UcxTransport::recv_tagged(int peer, uint64_t id, const transport::MemoryReg
                           std::to_string(length) + ") outside the registered " +
                           std::to_string(dst.length()) + " bytes");
   uintptr_t to = reinterpret_cast<uintptr_t>(dst.addr()) + offset;
-  Req* r = new_req();
-  r->kind = Req::DataRecv;
-  ++transfers_;
   // The data comes now (it follows its RTS): arm() polls instead of sleeping while it starts.
   last_moved_ = std::chrono::steady_clock::now();
-  r->peer = peer;
-  r->imm = imm;
-  r->addr = to;
-  r->expect = length;
-  ucp_request_param_t prm{};
-  prm.op_attr_mask =
-      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
-  prm.cb.recv = recv_cb;
-  prm.user_data = r;
-  r->info.length = length;  // in case of an immediate completion
-  void* req = u_.ucp_tag_recv_nbx(worker_, reinterpret_cast<void*>(to), length,
-                                  tagged_tag(id, peer), ~0ull, &prm);
-  if (UCS_PTR_IS_ERR(req)) {
-    r->status = UCS_PTR_STATUS(req);
-    completed_.push_back(r);
-  } else if (req == nullptr) {
-    completed_.push_back(r);
-  } else {
-    r->ucx = req;
-  }
+  post_data_recv(peer, imm, to, length, tagged_tag(id, peer));
 }
 
 void UcxTransport::discard_tagged(int peer, uint64_t id) {

@@ -57,6 +57,9 @@ class UcxEndpoint : public transport::Endpoint {
                                     size_t length, uint64_t id, uint64_t cookie) override;
 
  private:
+  /// Files a data send's UCX request `req` for `r`: pending, done at once, or failed (the
+  /// endpoint then reports the error).
+  void file_data_send(Req* r, void* req);
   friend class UcxTransport;
   UcxTransport& t_;
   int peer_;
@@ -107,6 +110,9 @@ class UcxTransport : public transport::Transport {
   void on_ep_error(UcxEndpoint& e, ucs_status_t status);
 
  private:
+  /// Posts the receive of `len` bytes of data tagged `tag` from `peer` straight into `to`; its
+  /// arrival is reported as on_put_arrived(peer, imm) (tag-mode puts and tagged data).
+  void post_data_recv(int peer, uint32_t imm, uintptr_t to, size_t len, uint64_t tag);
   friend class UcxEndpoint;
   friend class UcxRegion;
   friend struct Req;
