@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/transport_test_util.h"
 #include "core/config.h"
 #include "tpcomm/error.hpp"
 #include "tpcomm/transport/transport.hpp"
@@ -29,55 +30,17 @@ namespace tpcomm::transport::shm_test {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-/// Records every event; optional hooks run inside the callbacks.
-struct Sink : EventSink {
-  std::vector<std::vector<uint8_t>> messages;
-  std::vector<uint32_t> arrived;
-  std::vector<std::pair<uint64_t, bool>> done;
-  std::vector<std::pair<int, std::string>> errors;
-  std::vector<int> message_peers;
-  std::function<void(uint32_t)> on_arrived;
-  std::function<void(std::span<const uint8_t>)> on_msg;
-
-  void on_message(int peer, std::span<const uint8_t> data) override {
-    if (on_msg) on_msg(data);
-    messages.emplace_back(data.begin(), data.end());
-    message_peers.push_back(peer);
-  }
-  void on_put_arrived(int peer, uint32_t imm) override {
-    if (on_arrived) on_arrived(imm);
-    arrived.push_back(imm);
-  }
-  void on_put_done(uint64_t cookie, bool ok) override { done.emplace_back(cookie, ok); }
-  void on_peer_error(int peer, const std::string& reason) override {
-    errors.emplace_back(peer, reason);
-  }
-};
+using test_util::pump;
+using test_util::set_env;
+using test_util::Sink;
 
 inline TransportContext make_ctx(int rank, int world, const std::string& job = "shm-test") {
-  TransportContext ctx;
-  ctx.rank = rank;
-  ctx.world_size = world;
-  ctx.job_id = job;
-  ctx.host_id = "test-host";
-  ctx.timeout = std::chrono::milliseconds(30000);
-  return ctx;
+  return test_util::make_ctx(rank, world, job);
 }
 
 inline std::unique_ptr<Transport> make_shm(int rank, int world,
                                            const std::string& job = "shm-test") {
   return create_transport("shm", make_ctx(rank, world, job));
-}
-
-/// Progresses every (transport, sink) pair until pred() or the timeout; true when pred held.
-inline bool pump(const std::vector<std::pair<Transport*, Sink*>>& parts,
-                 const std::function<bool()>& pred, std::chrono::milliseconds timeout = 20s) {
-  auto end = Clock::now() + timeout;
-  while (!pred()) {
-    if (Clock::now() > end) return false;
-    for (auto& [t, s] : parts) t->progress(*s);
-  }
-  return true;
 }
 
 /// Connects a (rank ra) and b (rank rb) both ways and waits until both endpoints are ready.
@@ -89,16 +52,6 @@ inline std::pair<Endpoint*, Endpoint*> connect_pair(Transport& a, Sink& sa, int 
   bool ok = pump({{&a, &sa}, {&b, &sb}}, [&] { return ab.ready() && ba.ready(); });
   EXPECT_TRUE(ok) << "shm pair did not connect";
   return {&ab, &ba};
-}
-
-/// Sets (or unsets, when value is null) a variable and reloads the registry.
-inline void set_env(const char* name, const char* value) {
-  if (value) {
-    ::setenv(name, value, 1);
-  } else {
-    ::unsetenv(name);
-  }
-  config::reload();
 }
 
 /// Names in /dev/shm that look like ours (we never create any: rings are unnamed files).

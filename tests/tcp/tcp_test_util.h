@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "common/transport_test_util.h"
 #include "core/config.h"
 #include "core/deadline.h"
 #include "net/socket.h"
@@ -28,48 +29,16 @@ namespace tpcomm::transport::tcp_test {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-/// Records every event.
-struct Sink : EventSink {
-  std::vector<std::vector<uint8_t>> messages;
-  std::vector<int> message_peers;
-  std::vector<uint32_t> arrived;
-  std::vector<std::pair<uint64_t, bool>> done;
-  std::vector<std::pair<int, std::string>> errors;
-
-  void on_message(int peer, std::span<const uint8_t> data) override {
-    messages.emplace_back(data.begin(), data.end());
-    message_peers.push_back(peer);
-  }
-  void on_put_arrived(int /*peer*/, uint32_t imm) override { arrived.push_back(imm); }
-  void on_put_done(uint64_t cookie, bool ok) override { done.emplace_back(cookie, ok); }
-  void on_peer_error(int peer, const std::string& reason) override {
-    errors.emplace_back(peer, reason);
-  }
-};
+using test_util::pump;
+using test_util::set_env;
+using test_util::Sink;
 
 inline TransportContext make_ctx(int rank, int world, const std::string& job = "tcp-test") {
-  TransportContext ctx;
-  ctx.rank = rank;
-  ctx.world_size = world;
-  ctx.job_id = job;
-  ctx.host_id = "test-host";
-  ctx.timeout = std::chrono::milliseconds(30000);
-  return ctx;
+  return test_util::make_ctx(rank, world, job);
 }
 
 inline std::unique_ptr<Transport> make_tcp(int rank, int world) {
   return create_transport("tcp", make_ctx(rank, world));
-}
-
-/// Progresses every (transport, sink) pair until pred() or the timeout; true when pred held.
-inline bool pump(const std::vector<std::pair<Transport*, Sink*>>& parts,
-                 const std::function<bool()>& pred, std::chrono::milliseconds timeout = 30s) {
-  auto end = Clock::now() + timeout;
-  while (!pred()) {
-    if (Clock::now() > end) return false;
-    for (auto& [t, s] : parts) t->progress(*s);
-  }
-  return true;
 }
 
 /// Connects a (rank ra) to b (rank rb), the way the engine does (one side connects, the
@@ -82,16 +51,6 @@ inline std::pair<Endpoint*, Endpoint*> connect_pair(Transport& a, Sink& sa, int 
   Endpoint& ba = b.connect(ra, a.address(), deadline);
   EXPECT_TRUE(pump({{&a, &sa}, {&b, &sb}}, [&] { return ba.ready(); })) << "no connection back";
   return {&ab, &ba};
-}
-
-/// Sets (or unsets, when value is null) a variable and reloads the registry.
-inline void set_env(const char* name, const char* value) {
-  if (value) {
-    ::setenv(name, value, 1);
-  } else {
-    ::unsetenv(name);
-  }
-  config::reload();
 }
 
 /// Deterministic test bytes.
