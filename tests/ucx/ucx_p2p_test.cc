@@ -6,33 +6,12 @@
 
 #include <set>
 
-#include "p2p/p2p_test_util.h"
+#include "ucx/ucx_test_util.h"
 
 namespace tpcomm::testing {
 namespace {
 
-bool contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
-
-struct Lane {
-  std::string name;  // test name part
-  std::string tls;   // TPCOMM_UCX_TLS
-};
-
-class UcxP2P : public ::testing::TestWithParam<Lane> {
- protected:
-  void SetUp() override {
-    if (!transport::has_transport("ucx"))
-      GTEST_SKIP() << "this build has no UCX (install libucx-dev and reconfigure)";
-  }
-  RunOptions opts() const {
-    RunOptions o;
-    o.timeout = std::chrono::seconds(120);
-    o.env = {{"TPCOMM_UCX_TLS", GetParam().tls}, {"TPCOMM_TRANSPORT", "ucx"}};
-    return o;
-  }
-};
+using UcxP2P = UcxLaneTest;
 
 // Each rank sends to the next and receives from the previous, sizes on both sides of the
 // rendezvous threshold; 2 ranks also move 64 MiB.
@@ -181,9 +160,7 @@ TEST_P(UcxP2P, KilledPeerFailsPendingRecvNamingIt) {
   EXPECT_RANKS_OK(r);
 }
 
-INSTANTIATE_TEST_SUITE_P(Ucx, UcxP2P,
-                         ::testing::Values(Lane{"tcp", "tcp"}, Lane{"shm", "shm,self"}),
-                         [](const auto& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(Ucx, UcxP2P, kUcxLanes, lane_name);
 
 // TPCOMM_UCX_PUT=rma forces ucp_put_nbx + flush + notification (auto keeps it for RDMA
 // lanes): the bytes must land intact over UCX's shared memory, which emulates it.

@@ -11,33 +11,17 @@
 #include <set>
 #include <thread>
 
-#include "p2p/p2p_test_util.h"
+#include "ucx/ucx_test_util.h"
 
 namespace tpcomm::testing {
 namespace {
 
-bool contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
-
-struct Lane {
-  std::string name;  // test name part
-  std::string tls;   // TPCOMM_UCX_TLS
-};
-
-class UcxTagged : public ::testing::TestWithParam<Lane> {
+class UcxTagged : public UcxLaneTest {
  protected:
-  void SetUp() override {
-    if (!transport::has_transport("ucx"))
-      GTEST_SKIP() << "this build has no UCX (install libucx-dev and reconfigure)";
-  }
   RunOptions opts() const {
-    RunOptions o;
-    o.timeout = std::chrono::seconds(120);
+    RunOptions o = UcxLaneTest::opts();
     // Every rendezvous size takes the tagged path (the default sends above 1 MiB by CTS).
-    o.env = {{"TPCOMM_UCX_TLS", GetParam().tls},
-             {"TPCOMM_TRANSPORT", "ucx"},
-             {"TPCOMM_UCX_TAGGED_MAX", "1G"}};
+    o.env["TPCOMM_UCX_TAGGED_MAX"] = "1G";
     return o;
   }
 };
@@ -327,9 +311,7 @@ TEST_P(UcxTagged, ThousandsInFlight) {
   EXPECT_RANKS_OK(r);
 }
 
-INSTANTIATE_TEST_SUITE_P(Ucx, UcxTagged,
-                         ::testing::Values(Lane{"tcp", "tcp"}, Lane{"shm", "shm,self"}),
-                         [](const auto& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(Ucx, UcxTagged, kUcxLanes, lane_name);
 
 }  // namespace
 }  // namespace tpcomm::testing
