@@ -271,6 +271,10 @@ class Engine : public std::enable_shared_from_this<Engine> {
   std::vector<std::vector<Link*>> chosen_fast_;  // [backend id][peer]: chosen_ without hashing
   std::vector<std::string> backends_;            // backend id -> name
   std::unordered_set<Link*> backlog_;            // links with a non-empty queue
+  // Links that consumed a bounce buffer in this progress() call: their credits may go back
+  // only after the call returns, when the transport has reposted the buffers (a return sent
+  // from inside the callback let the peer send into a buffer not yet reposted).
+  std::vector<Link*> credit_due_;
   std::unordered_map<std::string, std::vector<uint8_t>> addr_cache_;  // "name/rank" (own lock)
   std::unordered_map<int, std::string> host_cache_;
   std::mutex cache_mu_;

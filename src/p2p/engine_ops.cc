@@ -345,7 +345,7 @@ void Engine::handle_message_unguarded(Slot& s, int peer, std::span<const uint8_t
   }
   if (l && !l->failed) {
     ++l->owed;
-    return_credits_locked(*l);
+    credit_due_.push_back(l);  // returned once the transport has reposted the buffer
   }
 }
 
@@ -560,7 +560,7 @@ void Engine::handle_put_arrived(Slot& s, int peer, uint32_t imm) {
   }
   if (l && !l->failed) {
     ++l->owed;
-    return_credits_locked(*l);
+    credit_due_.push_back(l);  // returned once the transport has reposted the buffer
   }
 }
 

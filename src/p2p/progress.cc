@@ -52,6 +52,10 @@ int Engine::progress_locked(bool everything) {
   bool all = everything || (++progress_calls_ & 63) == 0;
   for (auto& s : slots_)
     if (s->tr && (s->used || all)) n += s->tr->progress(s->sink);
+  if (!credit_due_.empty()) {
+    for (Link* l : credit_due_) return_credits_locked(*l);
+    credit_due_.clear();
+  }
   if (!backlog_.empty()) {
     for (auto it = backlog_.begin(); it != backlog_.end();) {
       Link* l = *it;
@@ -437,6 +441,7 @@ void Engine::shutdown() {
   incoming_.clear();
   retired_.clear();
   backlog_.clear();
+  credit_due_.clear();
   chosen_.clear();
   chosen_fast_.clear();
   links_.clear();
