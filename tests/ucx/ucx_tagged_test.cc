@@ -4,8 +4,8 @@
 // Once over UCX's tcp and once over its shared memory: sizes around the eager/rendezvous
 // threshold byte for byte in both orders (receive posted first, message first), any-source,
 // out-of-order tags, refusals (too small, other dtype) failing both sides and leaving the
-// channel usable, timeouts that later complete, a killed peer with data in flight, and
-// thousands of transfers in flight.
+// channel usable, a refusal queued behind back-pressure failing the sender, timeouts that later
+// complete, a killed peer with data in flight, and thousands of transfers in flight.
 #include <signal.h>
 
 #include <set>
@@ -204,6 +204,64 @@ TEST_P(UcxTagged, RefusalsFailBothSidesAndTheChannelGoesOn) {
         pg->destroy();
       },
       opts());
+  EXPECT_RANKS_OK(r);
+}
+
+// 299e518: a refused tagged send whose refusal CTS has to wait in the receiver's queue still
+// fails on the sender, never succeeds. Rank 1 first blocks its link to rank 0: rendezvous
+// sends that rank 0 takes only later, with TPCOMM_UCX_MAX_REQUESTS so low that the later ones
+// are refused by the transport and queue up. Its refusal of rank 0's message then queues
+// behind them, and the drop of the data behind the refusal: rank 0's send stays pending (the
+// drop would otherwise complete it as a success before the refusal arrives) and fails with
+// the reason once rank 0 takes rank 1's messages and the queue drains.
+TEST_P(UcxTagged, RefusalQueuedBehindBackPressureFailsTheSender) {
+  RunOptions o = opts();
+  o.env["TPCOMM_UCX_RECV_DEPTH"] = "16";
+  o.env["TPCOMM_UCX_MAX_REQUESTS"] = "24";  // the 16 pool receives and 8 more
+  auto r = run_ranks(
+      2,
+      [&](RankContext& c) {
+        auto pg = make_world(c, "ucx");
+        constexpr size_t kBig = 300000;  // rendezvous: the tagged path
+        constexpr int kBlocking = 12;    // more than the 8 requests left: some queue
+        if (c.rank == 1) {
+          std::vector<std::vector<uint8_t>> out(kBlocking, std::vector<uint8_t>(kBig));
+          std::vector<std::shared_ptr<Work>> ws;
+          for (int i = 0; i < kBlocking; ++i) {
+            fill_pattern(out[static_cast<size_t>(i)], DType::UInt8, 100 + i);
+            ws.push_back(pg->isend(Tensor::of(out[static_cast<size_t>(i)]), 0, 5));
+          }
+          c.store->set("blocked", "1");
+          c.store->wait({"sent"});
+          std::vector<uint8_t> small(1000, 0xEE);
+          auto w = pg->irecv(Tensor::of(small), 0, 3);
+          std::string e = error_of<InvalidArgument>([&] { w->wait(); });
+          EXPECT_TRUE(contains(e, "more than the 1000-byte receive buffer holds")) << e;
+          c.store->set("refused", "1");
+          for (auto& sw : ws) sw->wait();
+        } else {
+          c.store->wait({"blocked"});
+          std::vector<uint8_t> big(kBig);
+          fill_pattern(big, DType::UInt8, 3);
+          auto w = pg->isend(Tensor::of(big), 1, 3);
+          c.store->set("sent", "1");
+          c.store->wait({"refused"});
+          // Rank 1 has refused, its CTS is queued: nothing may complete this send yet (a
+          // dropped-data completion would show within these 100 ms).
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));
+          EXPECT_FALSE(w->is_completed()) << "the refused send completed before its refusal";
+          for (int i = 0; i < kBlocking; ++i) {
+            std::vector<uint8_t> in(kBig, 0xEE);
+            pg->recv(Tensor::of(in), 1, 5);
+            EXPECT_EQ(check_pattern(in, DType::UInt8, 100 + i), -1) << i;
+          }
+          std::string e = error_of<InvalidArgument>([&] { w->wait(); });
+          EXPECT_TRUE(contains(e, "rank 1 refused the message")) << e;
+          EXPECT_TRUE(contains(e, "1000-byte receive buffer")) << e;
+        }
+        pg->destroy();
+      },
+      o);
   EXPECT_RANKS_OK(r);
 }
 

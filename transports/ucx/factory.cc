@@ -18,6 +18,9 @@ constexpr Param kParams[] = {
    "is unavailable and the engine falls back to the others.", "ucx"},
   {"TPCOMM_UCX_MAX_MESSAGE", T::Size, "256K", "",
    "ucx transport: size of each pre-posted receive buffer, the largest eager message.", "ucx"},
+  {"TPCOMM_UCX_MAX_REQUESTS", T::Int, "16384", "16..16777216",
+   "ucx transport: UCX requests outstanding (sends, receives, the posted pool) before posts "
+   "answer NoResource and the protocol queues them; at least TPCOMM_UCX_RECV_DEPTH + 8.", "ucx"},
   {"TPCOMM_UCX_NET_DEVICES", T::String, "", "",
    "ucx transport: UCX_NET_DEVICES for tpcomm only (set on tpcomm's UCX configuration; UCX's own "
    "UCX_NET_DEVICES applies when empty).", "ucx"},
@@ -56,6 +59,7 @@ Options Options::from_env() {
   o.max_message = std::max<uint64_t>(16384, config::get_size("TPCOMM_UCX_MAX_MESSAGE"));
   o.rndv_threshold = config::get_size("TPCOMM_UCX_RNDV_THRESHOLD");
   o.recv_depth = static_cast<int>(config::get_int("TPCOMM_UCX_RECV_DEPTH"));
+  o.max_requests = static_cast<size_t>(config::get_int("TPCOMM_UCX_MAX_REQUESTS"));
   o.tagged = config::get_enum("TPCOMM_UCX_TAGGED") != "off";
   o.tagged_max = config::get_size("TPCOMM_UCX_TAGGED_MAX");
   return o;

@@ -33,7 +33,7 @@ PostStatus UcxEndpoint::put(const transport::MemoryRegion& src, size_t src_offse
                           std::to_string(length) + ") outside rank " + std::to_string(peer_) +
                           "'s region of " + std::to_string(dst.length) + " bytes");
   if (failed_) return PostStatus::PeerFailed;
-  if (t_.live_.size() >= kMaxLive) return PostStatus::NoResource;
+  if (t_.live_.size() >= t_.max_live_) return PostStatus::NoResource;
   const UcpLib& u = t_.u_;
   const uint8_t* from = static_cast<const uint8_t*>(src.addr()) + src_offset;
   uint64_t to = dst.addr + dst_offset;
@@ -140,7 +140,7 @@ PostStatus UcxEndpoint::send_tagged(const transport::MemoryRegion& src, size_t s
                           ", +" + std::to_string(length) + ") outside the registered " +
                           std::to_string(src.length()) + " bytes");
   if (failed_) return PostStatus::PeerFailed;
-  if (t_.live_.size() >= kMaxLive) return PostStatus::NoResource;
+  if (t_.live_.size() >= t_.max_live_) return PostStatus::NoResource;
   Req* r = t_.new_req();
   r->kind = Req::PutData;
   ++t_.transfers_;

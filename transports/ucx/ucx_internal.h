@@ -25,7 +25,6 @@ inline constexpr uint16_t kAddrVersion = 1;
 // u64, pid namespace inode u64; then the UCP worker address.
 inline constexpr size_t kAddrHeader = 40;
 inline constexpr size_t kPutHdrSize = 24;
-inline constexpr size_t kMaxLive = 16384;           // outstanding requests before NoResource
 inline constexpr size_t kMaxBuffered = 256u << 20;  // bytes copied for pending sends
 
 inline uint64_t pool_tag(uint64_t kind, int rank) {

@@ -7,6 +7,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -187,6 +188,13 @@ UcxTransport::UcxTransport(const transport::TransportContext& ctx, const Options
   caps_.latency_us = maybe_native ? 1.0 : 15.0;
   caps_.bandwidth_gbps = maybe_native ? 10.0 : 3.0;
 
+  // The pool's receives are live requests too: a limit below them plus a few would refuse
+  // every send.
+  max_live_ = std::max(opt_.max_requests, static_cast<size_t>(opt_.recv_depth) + 8);
+  if (max_live_ != opt_.max_requests) {
+    TPLOG(WARN, UCX) << "TPCOMM_UCX_MAX_REQUESTS=" << opt_.max_requests << " is below the "
+                     << opt_.recv_depth << " pool receives plus 8; using " << max_live_;
+  }
   pool_buf_.assign(static_cast<size_t>(opt_.recv_depth), std::vector<uint8_t>(opt_.max_message));
   for (int i = 0; i < opt_.recv_depth; ++i) post_pool_recv(i);
   TPLOG(INFO, UCX) << "rank " << ctx.rank << ": UCX " << u_.ucp_get_version_string()
@@ -328,7 +336,7 @@ PostStatus UcxTransport::send_tagged(UcxEndpoint& e, uint64_t tag, std::span<con
   // Buffered semantics: UCX 1.13 may keep any send pending (it ignores
   // UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL for tagged sends), so the bytes are copied first into a
   // recycled request buffer.
-  if (buffered_bytes_ + total > kMaxBuffered || live_.size() >= kMaxLive) {
+  if (buffered_bytes_ + total > kMaxBuffered || live_.size() >= max_live_) {
     if (r) release(r);
     return PostStatus::NoResource;
   }
@@ -494,8 +502,7 @@ void UcxTransport::handle_put_header(int peer, const uint8_t* p, size_t n,
   post_data_recv(peer, imm, to, len, data_tag(id, peer));
 }
 
-void UcxTransport::post_data_recv(int peer, uint32_t imm, uintptr_t to, size_t len,
-                                  uint64_t tag) {
+void UcxTransport::post_data_recv(int peer, uint32_t imm, uintptr_t to, size_t len, uint64_t tag) {
   Req* r = new_req();
   r->kind = Req::DataRecv;
   ++transfers_;

@@ -34,6 +34,7 @@ struct Options {
   size_t max_message = 256 * 1024;
   size_t rndv_threshold = 32 * 1024;
   int recv_depth = 32;
+  size_t max_requests = 16384;  ///< TPCOMM_UCX_MAX_REQUESTS: live requests before NoResource
   bool tagged = true;  ///< TPCOMM_UCX_TAGGED: Capabilities::tagged_data (unless put is rma)
   size_t tagged_max = 1u << 20;  ///< TPCOMM_UCX_TAGGED_MAX: Capabilities::tagged_data_max
   static Options from_env();
@@ -160,7 +161,8 @@ class UcxTransport : public transport::Transport {
   int transfers_ = 0;
   std::chrono::steady_clock::time_point last_moved_{};
   static constexpr std::chrono::microseconds kBusyPoll{500};
-  int rma_endpoints_ = 0;  ///< endpoints that put by ucp_put_nbx (regions need rkeys)
+  size_t max_live_ = 16384;  ///< opt_.max_requests, at least the pool plus 8
+  int rma_endpoints_ = 0;    ///< endpoints that put by ucp_put_nbx (regions need rkeys)
   uint32_t next_put_id_ = 1;
   size_t buffered_bytes_ = 0;
   bool closing_ = false;
