@@ -8,9 +8,13 @@
 #   bench/compare.sh [BUILD_DIR]                       # default: build
 #   SIZES=8,128K,256M REPEATS=3 bench/compare.sh build
 #
-# tpcomm's columns come from `tpbench --csv` (out-of-place time, nccl-tests busbw) with the
-# peers' schedule (warm-up, median of timed samples); each run is killed after 300 s. Peers
-# that cannot be built here are left out with a note.
+# tpcomm's columns come from `tpbench --csv` (nccl-tests busbw) with the same buffers as the
+# peers' calls: all_reduce and all_gather out of place (MPI_Allreduce and MPI_Allgather take a
+# send and a receive buffer, as gloo's do), broadcast in place (MPI_Bcast and gloo::broadcast
+# have one buffer, the root's being the source; tpbench's out-of-place broadcast adds a copy at
+# the root that no peer makes). The runs use the peers' schedule (warm-up, median of timed
+# samples); each run is killed after 300 s. Peers that cannot be built here are left out with a
+# note.
 set -u
 BUILD=${1:-build}
 SIZES=${SIZES:-8,128,2K,32K,128K,512K,2M,8M,32M,256M}
@@ -57,7 +61,9 @@ tpcomm_run() {  # transport peer-name
       timeout -s KILL 300 "$BUILD/bin/tprun" --standalone --nproc-per-node 2 $BIND \
         "$BUILD/bin/tpbench" -t "$t" -o "$op" -b "$s" -e "$s" $(schedule "$s") --csv 2>/dev/null |
         sed 's/^\[rank 0\]: //' | awk -F, -v peer="$name" \
-          '$1 != "op" && NF > 10 { printf "%s %s %s %s %s %s\n", peer, $1, $2, $8, $9, $10 }'
+          '$1 != "op" && NF > 10 {
+             c = ($1 == "broadcast") ? 12 : 8   # in place where the peers call is (MPI_Bcast)
+             printf "%s %s %s %s %s %s\n", peer, $1, $2, $c, $(c + 1), $(c + 2) }'
     done
   done
 }
