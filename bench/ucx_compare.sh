@@ -6,6 +6,7 @@
 #   bench/ucx_compare.sh [BUILD_DIR]            # default: build
 #   ROUNDS=3 bench/ucx_compare.sh build-ucx     # 3 interleaved rounds: best and median
 #   TLSES=tcp WINDOWS=1 PUT=0 VARIANTS="- UCX_MAX_RNDV_RAILS=1" bench/ucx_compare.sh build-ucx
+#   PT_REPS=1 ...                               # one ucx_perftest run per round (the old way)
 #
 # VARIANTS: tpcomm runs, each with its own environment (comma-separated VAR=VALUE list, "-" for
 # none), interleaved in every round; one table row per variant. They set UCX variables for
@@ -14,7 +15,19 @@
 # Like with like: both sides stream with the same number of messages in flight (WINDOWS, the
 # -O of ucx_perftest; its default for tag_bw is 32): `p2p_bench --stream W` keeps W isends
 # in flight and the receiver W irecvs posted, posting the next as soon as the oldest completes,
-# as tag_bw does. Both sides busy-poll UCX. One difference cannot be removed: tag_bw posts all
+# as tag_bw does (ucp_tests.cc: wait_send_window/wait_recv_window before each post). Both time
+# on the sender, from a barrier to the last completion, over about 1000 messages (tag_bw: -n
+# 1000 at 1 MiB after its own warm-up of up to 10000 iterations or 100 ms, the "overall"
+# bandwidth; p2p_bench: 1024 messages per sample after a warm-up window). Both use page-aligned
+# 4 KiB-page buffers at 1 MiB (tag_bw's come from ucp_mem_map ALLOCATE: a sysv segment over
+# shm, mmap over tcp, whose context has no sysv domain; UCX's THP method declines a size it
+# would have to double); from 4 MiB up tag_bw's buffers over tcp are THP-advised (UCX_ALLOC_PRIO
+# tries thp before mmap), so the script gives p2p_bench --thp there too (THP_MATCH=0: never).
+# Statistics: p2p_bench reports the median of 5 samples, so each round runs ucx_perftest
+# PT_REPS times (default 5) and takes their median too (one perftest run against a median of
+# five favoured perftest's best-of across rounds). tpcomm waits spin
+# 100 us, then poll with sched_yield (TPCOMM_WAIT_SPIN_US; measured no different at 1 MiB with
+# pure spinning); ucx_perftest busy-polls. One difference cannot be removed: tag_bw posts all
 # its receives into ONE buffer, while tpcomm refuses overlapping pending receives, so it
 # receives into W buffers (W x size of destination memory, which copies more slowly once it
 # leaves the caches). W=1 is the exact match (one send and one receive buffer on both sides).
@@ -30,6 +43,8 @@ PRIO=${PRIO:-1}
 TLSES=${TLSES:-"tcp shm"}
 VARIANTS=${VARIANTS:-"-"}
 PUT=${PUT:-1}
+PT_REPS=${PT_REPS:-5}
+THP_MATCH=${THP_MATCH:-1}
 SIZES=${SIZES:-"1048576 4194304 16777216 67108864"}
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
@@ -71,15 +86,22 @@ for round in $(seq "$ROUNDS"); do
         env=()
         [ "$v" != - ] && IFS=, read -r -a env <<<"$v"
         for s in $SIZES; do
+          # The page kind tag_bw's buffers get (uct_mem.c: THP when rounding up to 2 MiB does
+          # not double the size, and only where no sysv domain comes first, i.e. over tcp).
+          thp=()
+          [ "$THP_MATCH" = 1 ] && [ "$tls" = tcp ] && [ "$s" -gt 1048576 ] && thp=(--thp)
           prio env "${env[@]}" TPCOMM_UCX_TLS=$tls timeout 300 "$BUILD/bin/p2p_bench" \
-            --transport ucx --min "$s" --max "$s" --stream "$w" --csv 2>/dev/null |
+            --transport ucx --min "$s" --max "$s" --stream "$w" "${thp[@]}" --csv 2>/dev/null |
             awk -F, -v t="$tls" -v w="$w" -v v="${v//,/+}" 'NR>1{print t","w","$2","$4","v}' \
               >>"$OUT/tpcomm.csv"
         done
       done
       for s in $SIZES; do
         n=$((s >= 67108864 ? 64 : s >= 16777216 ? 200 : 1000))
-        echo "$tls,$w,$s,$(perftest "$tls" tag_bw "$s" "$n" "$w")" >>"$OUT/tag.csv"
+        reps=()
+        for _ in $(seq "$PT_REPS"); do reps+=("$(perftest "$tls" tag_bw "$s" "$n" "$w")"); done
+        echo "$tls,$w,$s,$(printf '%s\n' "${reps[@]}" | grep -v n/a | sort -g |
+          awk '{v[NR]=$1} END{if (!NR) print "n/a"; else print v[int((NR+1)/2)]}')" >>"$OUT/tag.csv"
       done
     done
     # put_bw (its default window, 32) is slow where UCX emulates it (tcp): few iterations.
