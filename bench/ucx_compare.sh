@@ -32,6 +32,11 @@
 # receives into W buffers (W x size of destination memory, which copies more slowly once it
 # leaves the caches). W=1 is the exact match (one send and one receive buffer on both sides).
 #
+# PIN=1 binds the sender of both to CPU 0 and the receiver to CPU 1 (p2p_bench --pin; taskset
+# for ucx_perftest: its client sends). tag_bw never writes its send buffer: never give its
+# shared-memory runs mmap buffers (UCX_ALLOC_PRIO=mmap), whose reads map the zero page
+# (bench/RESULTS.md, session 6).
+#
 # PRIO=1 (default) runs every measured process in its own session with autogroup nice -20,
 # both sides alike, so that other jobs on a shared machine disturb the ratios less (needs
 # root; otherwise it runs at normal priority). PRIO=0 turns that off.
@@ -45,6 +50,7 @@ VARIANTS=${VARIANTS:-"-"}
 PUT=${PUT:-1}
 PT_REPS=${PT_REPS:-5}
 THP_MATCH=${THP_MATCH:-1}
+PIN=${PIN:-0}
 SIZES=${SIZES:-"1048576 4194304 16777216 67108864"}
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
@@ -63,10 +69,12 @@ perftest() {
   local tries p line
   for tries in 1 2 3 4 5; do
     p=$((20000 + RANDOM % 40000))
-    UCX_TLS=$1 prio timeout 120 ucx_perftest -p "$p" >/dev/null 2>&1 &
+    local cs=() cc=()
+    [ "$PIN" = 1 ] && cs=(taskset -c 1) && cc=(taskset -c 0)
+    UCX_TLS=$1 prio "${cs[@]}" timeout 120 ucx_perftest -p "$p" >/dev/null 2>&1 &
     local srv=$!
     sleep 0.5
-    line=$(UCX_TLS=$1 prio timeout 120 ucx_perftest 127.0.0.1 -p "$p" -t "$2" -s "$3" -n "$4" \
+    line=$(UCX_TLS=$1 prio "${cc[@]}" timeout 120 ucx_perftest 127.0.0.1 -p "$p" -t "$2" -s "$3" -n "$4" \
            -O "$5" -f 2>/dev/null | tail -1)
     wait $srv 2>/dev/null
     set -- "$1" "$2" "$3" "$4" "$5" $line
@@ -88,10 +96,11 @@ for round in $(seq "$ROUNDS"); do
         for s in $SIZES; do
           # The page kind tag_bw's buffers get (uct_mem.c: THP when rounding up to 2 MiB does
           # not double the size, and only where no sysv domain comes first, i.e. over tcp).
-          thp=()
-          [ "$THP_MATCH" = 1 ] && [ "$tls" = tcp ] && [ "$s" -gt 1048576 ] && thp=(--thp)
+          extra=()
+          [ "$THP_MATCH" = 1 ] && [ "$tls" = tcp ] && [ "$s" -gt 1048576 ] && extra=(--thp)
+          [ "$PIN" = 1 ] && extra+=(--pin)
           prio env "${env[@]}" TPCOMM_UCX_TLS=$tls timeout 300 "$BUILD/bin/p2p_bench" \
-            --transport ucx --min "$s" --max "$s" --stream "$w" "${thp[@]}" --csv 2>/dev/null |
+            --transport ucx --min "$s" --max "$s" --stream "$w" "${extra[@]}" --csv 2>/dev/null |
             awk -F, -v t="$tls" -v w="$w" -v v="${v//,/+}" 'NR>1{print t","w","$2","$4","v}' \
               >>"$OUT/tpcomm.csv"
         done
