@@ -5,7 +5,8 @@
 //   bin/p2p_bench --transport tcp --max 1M
 //   bin/p2p_bench --csv                    # machine-readable
 //
-// lat_us: one-way latency = half the median round trip of a blocking ping-pong.
+// lat_us: one-way latency = half the median round trip of a blocking ping-pong (7 samples
+// after warm-up samples; --samples prints the 7).
 // bw_GBps: unidirectional bandwidth: rank 0 isends a window of messages, rank 1 irecvs them
 // and answers with 8 bytes; bytes / time, median of several samples (1 GB = 1e9 B).
 // memcpy_GBps: single-thread memcpy of the same size on this machine, for reference.
@@ -52,6 +53,7 @@ struct Args {
   bool thp = false;      // buffers on transparent huge pages (as large-tensor allocators do)
   int lat_only = 0;      // > 0: latency only, in this many short samples (min and median)
   bool split = false;    // --lat-only: also time rank 1's send() call (TSC ticks)
+  bool samples = false;  // --samples: print every latency sample (one-way us), not only the median
 };
 
 // A buffer of `bytes` filled with `fill`, on huge pages with `thp` (tpbench's buffers: the
@@ -176,8 +178,9 @@ void run_rank(int rank, const std::string& dir, const std::string& transport, co
       Tensor t2 = Tensor::raw(buf2->data(), static_cast<int64_t>(bytes), DType::UInt8);
       int iters = bytes <= 65536 ? 200 : 10;
       std::vector<double> rtt;
-      // --split: rank 1's send() call (Work, link, header, ring write, Work release) in ticks,
-      // every 8th round trip: the part of the path this process spends after an arrival.
+      // --split: rank 1 from recv()'s return to send()'s (the receive's Work dropped, the send's
+      // Work, link, header, ring write, Work release) in ticks, every 8th round trip: the part
+      // of the path this process spends after an arrival.
       std::vector<uint64_t> send_ticks;
       for (int s = -3; s < a.lat_only; ++s) {  // 3 warm-up samples
         auto t0 = Clock::now();
@@ -186,8 +189,11 @@ void run_rank(int rank, const std::string& dir, const std::string& transport, co
             pg->send(t, peer);
             pg->recv(t2, peer);
           } else if (a.split && s >= 0 && (i & 7) == 0) {
-            pg->recv(t2, peer);
-            uint64_t c0 = ticks();
+            uint64_t c0;
+            {
+              auto w = pg->recv(t2, peer);
+              c0 = ticks();  // the receive's Work is dropped after this, as in the plain loop
+            }
             pg->send(t, peer);
             send_ticks.push_back(ticks() - c0);
           } else {
@@ -201,7 +207,7 @@ void run_rank(int rank, const std::string& dir, const std::string& transport, co
       std::sort(rtt.begin(), rtt.end());
       if (rank == 1 && a.split && !send_ticks.empty()) {
         std::sort(send_ticks.begin(), send_ticks.end());
-        std::printf("rank 1 send() ticks: min %llu p25 %llu median %llu\n",
+        std::printf("rank 1 recv() return to send() return, ticks: min %llu p25 %llu median %llu\n",
                     static_cast<unsigned long long>(send_ticks.front()),
                     static_cast<unsigned long long>(send_ticks[send_ticks.size() / 4]),
                     static_cast<unsigned long long>(send_ticks[send_ticks.size() / 2]));
@@ -219,10 +225,14 @@ void run_rank(int rank, const std::string& dir, const std::string& transport, co
   for (size_t bytes = a.min; bytes <= a.max; bytes *= 2) {
     Tensor t = Tensor::raw(buf->data(), static_cast<int64_t>(bytes), DType::UInt8);
     Tensor t2 = Tensor::raw(buf2->data(), static_cast<int64_t>(bytes), DType::UInt8);
-    // Latency: ping-pong.
+    // Latency: ping-pong, after warm-up samples (the first exchanges make the connection, and
+    // the first milliseconds of a ping-pong run measurably slower: caches, the other rank
+    // still starting, the CPUs' clocks; ucx_perftest and the OSU benchmarks skip theirs too),
+    // then the median of 7 samples.
     int iters = bytes <= 65536 ? 2000 : bytes <= (4u << 20) ? 100 : 5;
+    int warm = bytes <= 65536 ? 5 : 1;
     std::vector<double> rtt;
-    for (int s = 0; s < 7; ++s) {
+    for (int s = -warm; s < 7; ++s) {
       auto t0 = Clock::now();
       for (int i = 0; i < iters; ++i) {
         if (rank == 0) {
@@ -233,9 +243,15 @@ void run_rank(int rank, const std::string& dir, const std::string& transport, co
           pg->send(t, peer);
         }
       }
-      rtt.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / iters);
+      if (s >= 0)
+        rtt.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / iters);
     }
     double lat = median(rtt) / 2;
+    if (rank == 0 && a.samples) {
+      std::printf("%s latency samples (one-way us):", human(bytes).c_str());
+      for (double v : rtt) std::printf(" %.3f", v / 2);
+      std::printf("\n");
+    }
     // Bandwidth: a window of messages one way, then an ack.
     int window = bytes <= 65536 ? 64 : bytes <= (4u << 20) ? 16 : bytes <= (32u << 20) ? 4 : 2;
     // Receives in flight together need their own buffers.
@@ -296,6 +312,8 @@ int main(int argc, char** argv) {
       a.thp = true;
     } else if (s == "--stream") {
       a.stream = std::max(1, std::atoi(next().c_str()));
+    } else if (s == "--samples") {
+      a.samples = true;
     } else if (s == "--split") {
       a.split = true;
     } else if (s == "--lat-only") {
@@ -303,7 +321,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: %s [--transport tcp|shm]... [--min 8] [--max 256M] [--csv] [--pin] "
-                   "[--stream WINDOW] [--thp] [--lat-only SAMPLES]\n",
+                   "[--stream WINDOW] [--thp] [--lat-only SAMPLES] [--samples] [--split]\n",
                    argv[0]);
       return 2;
     }
