@@ -354,6 +354,7 @@ void ShmTransport::check_unfenced() {
 
 int ShmTransport::progress(EventSink& sink) {
   int n = 0;
+  ++progress_rounds_;
   if (!unfenced_.empty()) check_unfenced();
   bool sockets = false;
   if (armed_) {

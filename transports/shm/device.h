@@ -136,6 +136,7 @@ class ShmTransport final : public Transport {
   size_t puts_pending_ = 0;  // endpoints' queued puts, all together
   int handshaking_ = 0;      // endpoints not ready and not failed
   uint32_t calls_ = 0;
+  uint64_t progress_rounds_ = 0;  // progress() calls (ShmEndpoint::send's demotion)
   bool armed_ = false;
 
   // maybe_pending(): one probe per attached ring, in attach order, never freed or reused while

@@ -42,7 +42,12 @@ PostStatus ShmEndpoint::send(std::span<const iovec> iov) {
   }
   if (failed_) return PostStatus::PeerFailed;
   if (out_state_ != OutState::Accepted || !in_attached_) return PostStatus::NoResource;
-  if (!out_.push(RecordType::Message, {}, iov, total)) return PostStatus::NoResource;
+  // The first message to this peer since this process last progressed (an answer, or one after
+  // a pause) likely has a receiver polling for it: its record is demoted to the shared cache.
+  // Messages sent back to back are not (the receiver reads those in a stream).
+  bool demote = demoted_round_ != t_.progress_rounds_;
+  demoted_round_ = t_.progress_rounds_;
+  if (!out_.push(RecordType::Message, {}, iov, total, demote)) return PostStatus::NoResource;
   // The fence that orders our record before the receiver's "sleeping" flag would make the
   // sender wait for its record to reach the receiver's cache: a send costs that latency
   // twice. Check without it now (a receiver asleep for a while is seen), and fenced at the

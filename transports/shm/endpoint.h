@@ -81,6 +81,8 @@ class ShmEndpoint final : public Endpoint {
   /// Rings the peer's doorbell (it is sleeping or asked for space).
   void ring_peer(int sock);
   bool unfenced_ = false;  ///< a send's doorbell check awaits the fenced pass
+  /// ShmTransport::progress_rounds_ at this endpoint's last message (send's demotion).
+  uint64_t demoted_round_ = ~uint64_t{0};
   /// "rank 3 (pid 1234)".
   std::string who() const;
 

@@ -17,14 +17,16 @@ inline RecordHeader* line_at(uint8_t* data, uint64_t idx) {
   return reinterpret_cast<RecordHeader*>(data + idx * kLine);
 }
 
-// Records of at most this many lines are demoted after publication (below).
+// Records of at most this many lines may be demoted after publication (below).
 constexpr uint64_t kDemoteLines = 4;
 
 // Moves a line just written out of this core's private caches to the shared last-level cache
-// (x86 CLDEMOTE; a no-op where the CPU lacks it), so that the receiver polling it reads it
-// from there instead of snooping it out of this core: measured on this machine's Xeon, 8-byte
-// one-way latency 0.19-0.19 against 0.24 us (best sample of 8 runs each, same run). A hint:
-// ordered after this thread's earlier stores to the line, no effect on its contents.
+// (x86 CLDEMOTE; a no-op where the CPU lacks it), so that a receiver polling it reads it from
+// there instead of snooping it out of this core: measured on this machine's Xeon, 8-byte
+// one-way latency 0.19 against 0.24 us (best sample of 8 runs each, same run). A hint:
+// ordered after this thread's earlier stores to the line, no effect on its contents. Only
+// where asked (push's `demote`): for records sent back to back it cost a streaming sender
+// about a third of its 8- to 64-byte message rate.
 inline void demote(const void* line) {
 #if defined(__x86_64__) || defined(__i386__)
   asm volatile("cldemote %0" : : "m"(*static_cast<const uint8_t*>(line)) : "memory");
@@ -72,10 +74,10 @@ bool RingProducer::space_or_arm(size_t payload) {
 }
 
 bool RingProducer::push(RecordType type, std::span<const uint8_t> prefix,
-                        std::span<const iovec> iov, size_t length) {
+                        std::span<const iovec> iov, size_t length, bool demote_it) {
   size_t payload = prefix.size() + length;
   if (!fits(payload)) {
-    return space_or_arm(payload) && push(type, prefix, iov, length);
+    return space_or_arm(payload) && push(type, prefix, iov, length, demote_it);
   }
   uint64_t n = lines_for(payload);
   uint64_t idx = tail_idx_;
@@ -104,7 +106,7 @@ bool RingProducer::push(RecordType type, std::span<const uint8_t> prefix,
   h->flags = 0;
   h->length = static_cast<uint32_t>(payload);
   h->stamp.store(stamp_of(tail_, salt_), std::memory_order_release);
-  if (n <= kDemoteLines)
+  if (demote_it && n <= kDemoteLines)
     for (uint64_t i = 0; i < n; ++i) demote(reinterpret_cast<uint8_t*>(h) + i * kLine);
   tail_ += n;
   tail_idx_ = idx + n == lines_ ? 0 : idx + n;

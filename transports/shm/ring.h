@@ -133,8 +133,10 @@ class RingProducer {
   /// Copies `iov` (total `length` bytes, at most max_payload(), `prefix` first when not
   /// empty) into one record of `type` and publishes it. False when the ring has no room
   /// (then producer_waiting is set, so the receiver wakes us when it frees space).
+  /// `demote`: a record of up to kDemoteLines lines is then moved to the shared cache once
+  /// published (ring.cc), for a receiver that is polling for it.
   bool push(RecordType type, std::span<const uint8_t> prefix, std::span<const iovec> iov,
-            size_t length);
+            size_t length, bool demote = false);
   /// True when a record of `payload` bytes fits now.
   bool fits(size_t payload);
   /// True when the receiver announced it is going to sleep (and clears the flag): the caller
