@@ -204,7 +204,6 @@ UcxTransport::UcxTransport(const transport::TransportContext& ctx, const Options
 
 UcxTransport::~UcxTransport() {
   closing_ = true;
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
   auto drain = [&] {
     for (int i = 0; i < 64 && u_.ucp_worker_progress(worker_) != 0; ++i) {
     }
@@ -216,10 +215,17 @@ UcxTransport::~UcxTransport() {
       delete r;
     }
   };
-  // Close endpoints: flush what was sent (bounded), force where the peer is gone.
-  std::vector<void*> closing;
+  // Close endpoints: flush what was sent, force where the peer is gone. An eager send reported
+  // complete may still sit in UCX: the flush is what delivers it, so it is waited for while
+  // the peer lives (a starved machine took more than the 3 s this wait used to have, and the
+  // purge then lost messages the peer was waiting for), up to kCloseWait, and given up at once
+  // for a peer that exits or fails meanwhile.
+  struct Closing {
+    void* req;
+    UcxEndpoint* ep;
+  };
+  std::vector<Closing> closing;
   for (auto& [peer, e] : eps_) {
-    if (e->pidfd_ >= 0) ::close(e->pidfd_);
     for (auto& [blob, rk] : e->rkeys_) u_.ucp_rkey_destroy(rk);
     e->rkeys_.clear();
     if (e->ep_ == nullptr) continue;
@@ -227,25 +233,47 @@ UcxTransport::~UcxTransport() {
     prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
     prm.flags = e->failed_ ? UCP_EP_CLOSE_FLAG_FORCE : 0;
     void* req = u_.ucp_ep_close_nbx(e->ep_, &prm);
-    if (UCS_PTR_IS_PTR(req)) closing.push_back(req);
+    if (UCS_PTR_IS_PTR(req)) closing.push_back({req, e.get()});
   }
-  while (!closing.empty() && std::chrono::steady_clock::now() < deadline) {
+  auto start = std::chrono::steady_clock::now();
+  bool warned = false;
+  while (!closing.empty() && std::chrono::steady_clock::now() - start < kCloseWait) {
     drain();
+    next_pid_check_ms_ = 0;
+    check_pids();  // marks exited same-host peers failed (errors_ is not reported any more)
     for (size_t i = 0; i < closing.size();) {
-      if (u_.ucp_request_check_status(closing[i]) != UCS_INPROGRESS) {
-        u_.ucp_request_free(closing[i]);
+      bool done = u_.ucp_request_check_status(closing[i].req) != UCS_INPROGRESS;
+      if (done) u_.ucp_request_free(closing[i].req);
+      // A failed peer's close is left to ucp_worker_destroy, which purges what it holds.
+      if (done || closing[i].ep->failed_) {
         closing[i] = closing.back();
         closing.pop_back();
       } else {
         ++i;
       }
     }
+    if (!warned && !closing.empty() && std::chrono::steady_clock::now() - start > kCloseWarn) {
+      warned = true;
+      TPLOG(WARN, UCX) << "rank " << ctx_.rank << ": " << closing.size()
+                       << " UCX endpoint(s) still flushing after "
+                       << std::chrono::duration_cast<std::chrono::seconds>(kCloseWarn).count()
+                       << " s; waiting up to "
+                       << std::chrono::duration_cast<std::chrono::seconds>(kCloseWait).count()
+                       << " s while the peers live";
+    }
     if (!closing.empty()) std::this_thread::yield();
   }
   if (!closing.empty()) {
     TPLOG(WARN, UCX) << "rank " << ctx_.rank << ": " << closing.size()
-                     << " UCX endpoint(s) did not close within 3 s";
+                     << " UCX endpoint(s) did not close within "
+                     << std::chrono::duration_cast<std::chrono::seconds>(kCloseWait).count()
+                     << " s; messages still queued to them are dropped";
   }
+  for (auto& [peer, e] : eps_)
+    if (e->pidfd_ >= 0) {
+      ::close(e->pidfd_);
+      e->pidfd_ = -1;
+    }
   // Cancel the receives still posted and let UCX report them.
   for (Req* r : live_)
     if (r->ucx && (r->kind == Req::Pool || r->kind == Req::DataRecv || r->kind == Req::Discard))
@@ -253,11 +281,17 @@ UcxTransport::~UcxTransport() {
   auto cancel_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
   while (!live_.empty() && std::chrono::steady_clock::now() < cancel_deadline) drain();
   drain();
+  // The requests still live are freed only after the worker: ucp_worker_destroy purges the
+  // sends still pending on endpoints that did not close (a peer gone, the 3 s above spent)
+  // and calls their callbacks, which write into the Req (a segfault in send_cb when the Reqs
+  // were deleted first: P2P/Semantics.TenThousandOutstandingSmallIsends/ucx under load).
+  u_.ucp_worker_destroy(worker_);
+  worker_ = nullptr;
   for (Req* r : live_) delete r;  // no callbacks after the worker is gone
   live_.clear();
+  completed_.clear();
   for (Req* r : free_) delete r;
   free_.clear();
-  u_.ucp_worker_destroy(worker_);
   u_.ucp_cleanup(context_);
 }
 
