@@ -13,6 +13,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -114,6 +115,48 @@ inline void remove_tree(const std::string& path) {
   rmdir(path.c_str());
 }
 
+/// Forks a process serving a TCPStore on 127.0.0.1 (port 0) until killed; returns its pid and
+/// sets *port, or -1 (port 0: the ranks' stores then fail, naming the address) on failure.
+inline pid_t start_store_server(std::chrono::milliseconds timeout, uint16_t* port) {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return -1;
+  std::fflush(nullptr);
+  pid_t pid = fork();
+  if (pid == 0) {
+    ::close(fds[0]);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    try {
+      TCPStoreOptions so;
+      so.is_master = true;
+      so.wait_for_workers = false;
+      so.server_only = true;
+      so.timeout = timeout;
+      TCPStore server("127.0.0.1", 0, so);
+      uint16_t p = server.port();
+      if (::write(fds[1], &p, sizeof p) != static_cast<ssize_t>(sizeof p)) _exit(3);
+      ::close(fds[1]);
+      for (;;) pause();
+    } catch (...) {
+      _exit(3);
+    }
+  }
+  ::close(fds[1]);
+  uint16_t p = 0;
+  if (pid > 0) {
+    pollfd pf{fds[0], POLLIN, 0};
+    if (::poll(&pf, 1, 30000) <= 0 ||
+        ::read(fds[0], &p, sizeof p) != static_cast<ssize_t>(sizeof p)) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+      pid = -1;
+      p = 0;
+    }
+  }
+  ::close(fds[0]);
+  *port = p;
+  return pid;
+}
+
 }  // namespace detail
 
 /// Creates the store a child uses (defined inline below; FileStore or TCPStore client).
@@ -125,17 +168,15 @@ inline std::vector<RankResult> run_ranks(int n, const std::function<void(RankCon
                                          const RunOptions& opt = {}) {
   char tmpl[] = "/tmp/tpcomm-test-XXXXXX";
   std::string dir = mkdtemp(tmpl) ? tmpl : "/tmp";
-  std::unique_ptr<TCPStore> server;
+  // The TCPStore server runs in a process of its own, so that this process has no other
+  // thread when it forks the ranks: a child forked while the server's thread was inside the
+  // dynamic linker (a first call through the PLT) inherited its thread-scope flag, and the
+  // first thread the child made reused that descriptor with the flag still set: every
+  // dlclose in the child (hwloc's plugins) then waited for it forever (stacks in
+  // __thread_gscope_wait; P2P/Semantics.OverTcpStore/ucx under load).
+  pid_t server_pid = -1;
   uint16_t port = 0;
-  if (opt.tcp_store) {
-    TCPStoreOptions so;
-    so.is_master = true;
-    so.wait_for_workers = false;
-    so.server_only = true;
-    so.timeout = opt.timeout;
-    server = std::make_unique<TCPStore>("127.0.0.1", 0, so);
-    port = server->port();
-  }
+  if (opt.tcp_store) server_pid = detail::start_store_server(opt.timeout, &port);
   std::vector<pid_t> pids(n, -1);
   std::vector<int> pipes(n, -1);
   std::vector<RankResult> results(n);
@@ -229,7 +270,10 @@ inline std::vector<RankResult> run_ranks(int n, const std::function<void(RankCon
     if (fd >= 0) ::close(fd);
   for (int r : opt.may_die)
     if (r >= 0 && r < n && !results[r].timed_out) results[r].ok = true;
-  server.reset();
+  if (server_pid > 0) {
+    kill(server_pid, SIGKILL);
+    waitpid(server_pid, nullptr, 0);
+  }
   detail::remove_tree(dir);
   return results;
 }
