@@ -13,6 +13,10 @@ using T = config::Type;
 
 // clang-format off
 constexpr Param kParams[] = {
+  {"TPCOMM_UCX_CLOSE_TIMEOUT", T::Duration, "30s", "",
+   "ucx transport: at shutdown, how long the endpoints' flushes (messages still queued in UCX, "
+   "eager sends already reported complete among them) are waited for while their peer lives; "
+   "what is left is then dropped, with a warning. A peer that exits is not waited for.", "ucx"},
   {"TPCOMM_UCX_LIBRARY", T::String, "libucp.so.0", "",
    "ucx transport: the UCP library opened at run time; when it cannot be loaded the transport "
    "is unavailable and the engine falls back to the others.", "ucx"},
@@ -62,6 +66,7 @@ Options Options::from_env() {
   o.max_requests = static_cast<size_t>(config::get_int("TPCOMM_UCX_MAX_REQUESTS"));
   o.tagged = config::get_enum("TPCOMM_UCX_TAGGED") != "off";
   o.tagged_max = config::get_size("TPCOMM_UCX_TAGGED_MAX");
+  o.close_timeout = config::get_duration("TPCOMM_UCX_CLOSE_TIMEOUT");
   return o;
 }
 

@@ -28,9 +28,8 @@ inline constexpr size_t kAddrHeader = 40;
 inline constexpr size_t kPutHdrSize = 24;
 inline constexpr size_t kMaxBuffered = 256u << 20;  // bytes copied for pending sends
 // Closing endpoints at shutdown: the flush is waited for while the peer lives, up to
-// kCloseWait; a warning names the wait after kCloseWarn.
-inline constexpr std::chrono::seconds kCloseWait{30};
-inline constexpr std::chrono::seconds kCloseWarn{3};
+// TPCOMM_UCX_CLOSE_TIMEOUT; a warning names the wait after kCloseWarn (or half the timeout).
+inline constexpr std::chrono::milliseconds kCloseWarn{3000};
 
 inline uint64_t pool_tag(uint64_t kind, int rank) {
   return kPoolBit | (kind << 60) | static_cast<uint32_t>(rank);

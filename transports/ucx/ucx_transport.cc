@@ -218,8 +218,8 @@ UcxTransport::~UcxTransport() {
   // Close endpoints: flush what was sent, force where the peer is gone. An eager send reported
   // complete may still sit in UCX: the flush is what delivers it, so it is waited for while
   // the peer lives (a starved machine took more than the 3 s this wait used to have, and the
-  // purge then lost messages the peer was waiting for), up to kCloseWait, and given up at once
-  // for a peer that exits or fails meanwhile.
+  // purge then lost messages the peer was waiting for), up to TPCOMM_UCX_CLOSE_TIMEOUT, and
+  // given up at once for a peer that exits or fails meanwhile.
   struct Closing {
     void* req;
     UcxEndpoint* ep;
@@ -236,38 +236,45 @@ UcxTransport::~UcxTransport() {
     if (UCS_PTR_IS_PTR(req)) closing.push_back({req, e.get()});
   }
   auto start = std::chrono::steady_clock::now();
+  const auto wait = opt_.close_timeout;
+  const auto warn_after = std::min<std::chrono::milliseconds>(kCloseWarn, wait / 2);
+  auto ms = [](std::chrono::milliseconds d) { return std::to_string(d.count()) + " ms"; };
   bool warned = false;
-  while (!closing.empty() && std::chrono::steady_clock::now() - start < kCloseWait) {
+  while (!closing.empty() && std::chrono::steady_clock::now() - start < wait) {
     drain();
     next_pid_check_ms_ = 0;
     check_pids();  // marks exited same-host peers failed (errors_ is not reported any more)
     for (size_t i = 0; i < closing.size();) {
       bool done = u_.ucp_request_check_status(closing[i].req) != UCS_INPROGRESS;
-      if (done) u_.ucp_request_free(closing[i].req);
-      // A failed peer's close is left to ucp_worker_destroy, which purges what it holds.
+      // A failed peer's close is released unfinished and left to ucp_worker_destroy, which
+      // purges what the endpoint holds (a close request it finds unreleased is a UCX assert).
       if (done || closing[i].ep->failed_) {
+        u_.ucp_request_free(closing[i].req);
         closing[i] = closing.back();
         closing.pop_back();
       } else {
         ++i;
       }
     }
-    if (!warned && !closing.empty() && std::chrono::steady_clock::now() - start > kCloseWarn) {
+    if (!warned && !closing.empty() && std::chrono::steady_clock::now() - start > warn_after) {
       warned = true;
       TPLOG(WARN, UCX) << "rank " << ctx_.rank << ": " << closing.size()
-                       << " UCX endpoint(s) still flushing after "
-                       << std::chrono::duration_cast<std::chrono::seconds>(kCloseWarn).count()
-                       << " s; waiting up to "
-                       << std::chrono::duration_cast<std::chrono::seconds>(kCloseWait).count()
-                       << " s while the peers live";
+                       << " UCX endpoint(s) still flushing after " << ms(warn_after)
+                       << "; waiting up to " << ms(wait)
+                       << " (TPCOMM_UCX_CLOSE_TIMEOUT) while the peers live";
     }
-    if (!closing.empty()) std::this_thread::yield();
+    if (closing.empty()) break;
+    // Yield while flushes move; a long wait (a stopped peer) sleeps instead of spinning.
+    if (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(20))
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   if (!closing.empty()) {
     TPLOG(WARN, UCX) << "rank " << ctx_.rank << ": " << closing.size()
-                     << " UCX endpoint(s) did not close within "
-                     << std::chrono::duration_cast<std::chrono::seconds>(kCloseWait).count()
-                     << " s; messages still queued to them are dropped";
+                     << " UCX endpoint(s) did not close within " << ms(wait)
+                     << " (TPCOMM_UCX_CLOSE_TIMEOUT); messages still queued to them are dropped";
+    for (Closing& c : closing) u_.ucp_request_free(c.req);
   }
   for (auto& [peer, e] : eps_)
     if (e->pidfd_ >= 0) {
@@ -282,7 +289,7 @@ UcxTransport::~UcxTransport() {
   while (!live_.empty() && std::chrono::steady_clock::now() < cancel_deadline) drain();
   drain();
   // The requests still live are freed only after the worker: ucp_worker_destroy purges the
-  // sends still pending on endpoints that did not close (a peer gone, the 3 s above spent)
+  // sends still pending on endpoints that did not close (a peer gone, the wait above spent)
   // and calls their callbacks, which write into the Req (a segfault in send_cb when the Reqs
   // were deleted first: P2P/Semantics.TenThousandOutstandingSmallIsends/ucx under load).
   u_.ucp_worker_destroy(worker_);

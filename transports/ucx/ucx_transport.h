@@ -37,6 +37,8 @@ struct Options {
   size_t max_requests = 16384;  ///< TPCOMM_UCX_MAX_REQUESTS: live requests before NoResource
   bool tagged = true;  ///< TPCOMM_UCX_TAGGED: Capabilities::tagged_data (unless put is rma)
   size_t tagged_max = 1u << 20;  ///< TPCOMM_UCX_TAGGED_MAX: Capabilities::tagged_data_max
+  /// TPCOMM_UCX_CLOSE_TIMEOUT: how long shutdown waits for endpoint flushes to a live peer.
+  std::chrono::milliseconds close_timeout{30000};
   static Options from_env();
 };
 

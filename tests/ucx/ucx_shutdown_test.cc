@@ -1,0 +1,75 @@
+// Shutdown of the ucx transport while messages are still queued in UCX towards a peer that
+// does not answer (stopped): destroy waits TPCOMM_UCX_CLOSE_TIMEOUT for the flush, then drops
+// what is left and returns, without touching freed requests (ucp_worker_destroy calls the
+// callbacks of the sends it purges; when they ran on deleted requests, the rank crashed in
+// send_cb under load: P2P/Semantics.TenThousandOutstandingSmallIsends/ucx).
+#include <signal.h>
+
+#include "ucx/ucx_test_util.h"
+
+namespace tpcomm::testing {
+namespace {
+
+using UcxShutdown = UcxLaneTest;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using Clock = std::chrono::steady_clock;
+
+TEST_P(UcxShutdown, DestroyWithSendsQueuedToAStoppedPeerIsBoundedAndClean) {
+  RunOptions o = opts();
+  o.env["TPCOMM_UCX_CLOSE_TIMEOUT"] = "1s";
+  o.env["TPCOMM_HEARTBEAT_INTERVAL"] = "0";  // the stopped peer is not declared lost meanwhile
+  o.may_die = {1};
+  o.timeout = seconds(90);
+  auto r = run_ranks(
+      2,
+      [&](RankContext& c) {
+        auto pg = make_world(c, "ucx");
+        int32_t x = 7;
+        if (c.rank == 1) {
+          pg->recv(Tensor::of(&x, 1), 0);  // both directions are wired up
+          c.store->set("pid", std::to_string(getpid()));
+          raise(SIGSTOP);  // silent from here on; rank 0 kills it
+          for (;;) pause();
+        }
+        pg->send(Tensor::of(&x, 1), 1);
+        pid_t pid = static_cast<pid_t>(std::stol(c.store->get_string("pid")));
+        // Wait until rank 1 is stopped (state 'T' in /proc/<pid>/stat), bounded.
+        auto until = Clock::now() + seconds(30);
+        for (;;) {
+          std::string stat;
+          if (FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r")) {
+            char buf[512] = {};
+            size_t k = std::fread(buf, 1, sizeof buf - 1, f);
+            std::fclose(f);
+            stat.assign(buf, k);
+          }
+          auto close_paren = stat.rfind(')');
+          if (close_paren != std::string::npos && close_paren + 2 < stat.size() &&
+              stat[close_paren + 2] == 'T')
+            break;
+          ASSERT_LT(Clock::now(), until) << "rank 1 did not stop";
+          std::this_thread::sleep_for(milliseconds(5));
+        }
+        // More than UCX and the socket or shared-memory queues take: some sends stay queued
+        // in UCX, the rest in the protocol's backlog.
+        std::vector<uint8_t> payload(16 << 10, 0x5A);
+        std::vector<std::shared_ptr<Work>> works;
+        for (int i = 0; i < 1000; ++i) works.push_back(pg->isend(Tensor::of(payload), 1, 3));
+        auto start = Clock::now();
+        pg->destroy();
+        auto took = Clock::now() - start;
+        kill(pid, SIGKILL);
+        // The protocol's 5 s for its backlog plus the 1 s close wait; generous for CI.
+        EXPECT_LT(took, seconds(40));
+        // Sends that never left fail as aborted; none is left pending.
+        for (auto& w : works) EXPECT_TRUE(w->is_completed());
+      },
+      o);
+  EXPECT_RANKS_OK(r);
+}
+
+INSTANTIATE_TEST_SUITE_P(Ucx, UcxShutdown, kUcxLanes, lane_name);
+
+}  // namespace
+}  // namespace tpcomm::testing
