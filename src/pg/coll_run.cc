@@ -1,6 +1,9 @@
 // Running a ProcessGroup's collectives: state, ordering, async Work, failure handling.
 #include "pg/coll_run.h"
 
+#include <immintrin.h>
+
+#include <chrono>
 #include <sstream>
 
 #include "core/config.h"
@@ -128,7 +131,7 @@ std::string message_of(std::exception_ptr e) {
 // Runs one collective now (caller holds no lock).
 void execute(GroupState& g, CollState& cs, const char* op, const CollectiveOptions& o,
              BodyRef body) {
-  std::lock_guard<std::mutex> run(cs.run_mu);
+  std::lock_guard<RunLock> run(cs.run_mu);
   g.check_usable(op);
   if (!cs.broken.empty())
     throw AbortedError(std::string(op) + ": the collectives of group '" + g.info.name +
@@ -196,9 +199,13 @@ class DoneWork : public Work {
   int source_rank() override { return -1; }
 };
 
+// Without a control block (the aliasing constructor over an empty owner): a copy, as every
+// blocking call returns, and its destruction cost no atomic reference count. The object is
+// never destroyed, so a Work kept past the end of main stays valid.
 const std::shared_ptr<Work>& done_work() {
-  static const std::shared_ptr<Work> w = std::make_shared<DoneWork>();
-  return w;
+  static DoneWork* const w = new DoneWork();
+  static const std::shared_ptr<Work> p(std::shared_ptr<Work>(), w);
+  return p;
 }
 
 void blocking(GroupState& g, CollState& cs, const char* op, const CollectiveOptions& options,
@@ -213,6 +220,20 @@ void blocking(GroupState& g, CollState& cs, const char* op, const CollectiveOpti
 }
 
 }  // namespace
+
+void RunLock::lock_slow() {
+  for (int i = 0;; ++i) {
+    if (!held_.load(std::memory_order_relaxed) && !held_.exchange(true, std::memory_order_acquire))
+      return;
+    if (i < 64) {
+      _mm_pause();
+    } else if (i < 1024) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+}
 
 CollState::~CollState() {
   {

@@ -51,6 +51,24 @@ class BodyRef {
   const char* (*call_)(const void*, CollContext&);
 };
 
+/// One collective at a time per group. Uncontended, taking it costs one atomic exchange and
+/// releasing it a plain store (a std::mutex costs a locked instruction for each, on the
+/// path of every small collective). Contention is rare (threads calling collectives of one
+/// group at once, or a blocking call racing the collective thread): a waiter spins briefly,
+/// then yields, then sleeps in 50 us steps.
+class RunLock {
+ public:
+  void lock() {
+    if (!held_.exchange(true, std::memory_order_acquire)) return;
+    lock_slow();
+  }
+  void unlock() { held_.store(false, std::memory_order_release); }
+
+ private:
+  void lock_slow();
+  std::atomic<bool> held_{false};
+};
+
 /// The group's collective thread and queue (shared with the thread, which may outlive a
 /// group destroyed from inside a task).
 struct CollQueue {
@@ -64,7 +82,7 @@ struct CollQueue {
 /// Per-group collective state, made on the group's first collective (coll_state()).
 struct CollState {
   p2p::GroupInfo channel;  ///< the collectives' engine group (private tag space)
-  std::mutex run_mu;       ///< one collective at a time
+  RunLock run_mu;          ///< one collective at a time
   uint64_t seq = 0;        ///< collectives started on this group
   bool hints_ready = false;
   coll::TransportHints hints;

@@ -29,12 +29,29 @@ std::shared_ptr<Work> ProcessGroup::broadcast(const Tensor& tensor, int src,
   });
 }
 
+namespace {
+
+const char* all_reduce_body(CollContext& c, const Tensor& tensor, ReduceOp op,
+                            const CollectiveOptions& o) {
+  c.comm.sign(tensor.dtype, tensor.numel, -1, static_cast<int>(op));
+  coll::AllReduceArgs a{tensor, tensor, op, o.premul_scale, {}};
+  if (!o.algorithm.empty()) a.options = common(o);
+  return detail::run_all_reduce(c, a);
+}
+
+}  // namespace
+
 std::shared_ptr<Work> ProcessGroup::all_reduce(const Tensor& tensor, ReduceOp op,
                                                const CollectiveOptions& o) {
-  return detail::run_collective(state_, "all_reduce", o, [=](CollContext& c) {
-    c.comm.sign(tensor.dtype, tensor.numel, -1, static_cast<int>(op));
-    return detail::run_all_reduce(c, {tensor, tensor, op, o.premul_scale, common(o)});
-  });
+  // Blocking: the body runs before returning and reads the arguments where they are (the
+  // latency of small all_reduces); async: it keeps copies.
+  if (!o.async_op) {
+    return detail::run_collective_now(*state_, "all_reduce", o, [&](CollContext& c) {
+      return all_reduce_body(c, tensor, op, o);
+    });
+  }
+  return detail::run_collective_async(
+      state_, "all_reduce", o, [=](CollContext& c) { return all_reduce_body(c, tensor, op, o); });
 }
 
 std::shared_ptr<Work> ProcessGroup::reduce(const Tensor& tensor, int dst, ReduceOp op,

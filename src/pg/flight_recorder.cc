@@ -25,6 +25,9 @@
 namespace tpcomm::detail::fr {
 namespace {
 
+// Bytes of a ring faulted in when it is made (Ring::Ring).
+constexpr size_t kPrefaultBytes = 256 << 10;
+
 uint64_t realtime_ns() {
   timespec ts{};
   clock_gettime(CLOCK_REALTIME, &ts);
@@ -227,6 +230,12 @@ Ring::Ring(Meta meta, size_t entries) : meta_(std::move(meta)) {
   e_ = static_cast<Entry*>(std::calloc(n, sizeof(Entry)));
   if (!e_) throw std::bad_alloc();
   mask_ = n - 1;
+  // Fault in the first pages now (the whole default ring of 2048 entries, 112 KiB): else the
+  // group's first collectives take a page fault every 73 calls (1-4 us each), about 0.05 us
+  // on each 8-byte all_reduce of a short run. Larger rings keep their untouched tail free.
+  const size_t warm = std::min<size_t>(n * sizeof(Entry), kPrefaultBytes);
+  auto* bytes = reinterpret_cast<volatile uint8_t*>(e_);
+  for (size_t off = 0; off < warm; off += 4096) bytes[off] = 0;
 }
 
 Ring::~Ring() { std::free(e_); }
