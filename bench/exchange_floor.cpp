@@ -5,7 +5,10 @@
 //   mode 1: both processes' 32-byte slots in one shared line (shm_direct's SharedSlot),
 //   mode 2: ping-pong (process 0 posts, process 1 adds and answers): two one-way trips,
 //   mode 3: mode 2 with each written line demoted to the shared cache (CLDEMOTE, as the shm
-//           ring does after publishing a record): the reader finds it in the LLC.
+//           ring does after publishing a record): the reader finds it in the LLC,
+//   mode 4: mode 1 with the shared line demoted once written (CLDEMOTE),
+//   mode 5: mode 1 with a release store instead of a sequentially consistent one (no fence;
+//           shm_direct's post needs the fence for its sleepers' count).
 // Prints min / p25 / median per exchange.
 //
 //   g++ -O2 -std=c++20 -o /tmp/exchange_floor bench/exchange_floor.cpp && /tmp/exchange_floor
@@ -19,6 +22,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -41,7 +45,7 @@ void demote(const void* p) {
 
 // Slot `who` of parity `p` in the layout of `mode`.
 Slot* slot(char* mem, int mode, int who, int p) {
-  if (mode == 1) return reinterpret_cast<Slot*>(mem + p * 128) + who;
+  if (mode == 1 || mode >= 4) return reinterpret_cast<Slot*>(mem + p * 128) + who;
   return reinterpret_cast<Slot*>(mem + (who * 2 + p) * 128);
 }
 
@@ -77,8 +81,12 @@ double run(int mode) {
       }
       mine->val[0] = 1;
       mine->val[1] = 2;
-      mine->seq.store(k, std::memory_order_seq_cst);
-      if (mode == 3) demote(mine);
+      if (mode == 5) {
+        mine->seq.store(k, std::memory_order_release);
+      } else {
+        mine->seq.store(k, std::memory_order_seq_cst);
+      }
+      if (mode == 3 || mode == 4) demote(mine);
       while (theirs->seq.load(std::memory_order_acquire) < k) {
       }
       out[0] = theirs->val[0] + (mode >= 2 ? 0 : mine->val[0]);
@@ -97,14 +105,21 @@ double run(int mode) {
               mode == 0   ? "a line per process"
               : mode == 1 ? "one shared line"
               : mode == 2 ? "ping-pong"
-                          : "ping-pong, demoted",
+              : mode == 3 ? "ping-pong, demoted"
+              : mode == 4 ? "one shared line, demoted"
+                          : "one shared line, release store",
               v[0], v[v.size() / 4], v[v.size() / 2]);
   return v[0];
 }
 
 }  // namespace
 
-int main() {
-  for (int mode = 0; mode < 4; ++mode) run(mode);
+int main(int argc, char** argv) {
+  // Optional arguments: the modes to run (default all), e.g. `exchange_floor 1 4`.
+  if (argc > 1) {
+    for (int i = 1; i < argc; ++i) run(std::atoi(argv[i]));
+    return 0;
+  }
+  for (int mode = 0; mode < 6; ++mode) run(mode);
   return 0;
 }
