@@ -57,13 +57,16 @@ struct CallSig {
 inline constexpr uint32_t kCallRing = 4;
 
 /// A phase counter, the number of peers asleep on this segment's counters, and the recent
-/// calls (by call number modulo kCallRing).
+/// calls (by call number modulo kCallRing). The calls lie in a line of their own: a waiting
+/// peer reads the counter's line now and then (Team::progress), and the owner writes a call
+/// record at every call's start; sharing the line made that write wait for the line to come
+/// back before the call's first post.
 struct alignas(kLine) FlagLine {
   std::atomic<uint64_t> seq;
   std::atomic<uint32_t> sleepers;
-  CallSig calls[kCallRing];
+  alignas(kLine) CallSig calls[kCallRing];
 };
-static_assert(sizeof(FlagLine) == kLine);
+static_assert(sizeof(FlagLine) == 2 * kLine);
 
 /// A small message: its phase, its call and the first 96 payload bytes share one line (a
 /// reader takes one cache miss for all); longer payloads continue into the following bytes.
@@ -112,7 +115,7 @@ inline constexpr int kBuffers = 3;
 
 /// Offsets inside a segment.
 inline constexpr size_t kFlagOffset = kLine;
-inline constexpr size_t kSmallOffset = 2 * kLine;
+inline constexpr size_t kSmallOffset = kFlagOffset + sizeof(FlagLine);
 inline constexpr size_t kDescOffset = kSmallOffset + 2 * kSmallSlotStride;
 inline constexpr size_t kSharedOffset = kDescOffset + kBuffers * kLine;  // rank 0's segment
 inline constexpr size_t kStagingOffset = (kSharedOffset + 2 * kSharedArea + 4095) / 4096 * 4096;
