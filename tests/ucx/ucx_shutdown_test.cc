@@ -15,6 +15,35 @@ using std::chrono::milliseconds;
 using std::chrono::seconds;
 using Clock = std::chrono::steady_clock;
 
+// Waits (bounded) until process `pid` is stopped: state 'T' in /proc/<pid>/stat.
+bool wait_stopped(pid_t pid) {
+  auto until = Clock::now() + seconds(30);
+  while (Clock::now() < until) {
+    std::string stat;
+    if (FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r")) {
+      char buf[512] = {};
+      size_t k = std::fread(buf, 1, sizeof buf - 1, f);
+      std::fclose(f);
+      stat.assign(buf, k);
+    }
+    auto close_paren = stat.rfind(')');
+    if (close_paren != std::string::npos && close_paren + 2 < stat.size() &&
+        stat[close_paren + 2] == 'T')
+      return true;
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+  return false;
+}
+
+// Rank 1 answers one message, then stops itself; returns only on rank 1 (never).
+void stop_after_hello(ProcessGroup& pg, RankContext& c) {
+  int32_t x = 0;
+  pg.recv(Tensor::of(&x, 1), 0);  // both directions are wired up
+  c.store->set("pid", std::to_string(getpid()));
+  raise(SIGSTOP);  // silent from here on; rank 0 kills it
+  for (;;) pause();
+}
+
 TEST_P(UcxShutdown, DestroyWithSendsQueuedToAStoppedPeerIsBoundedAndClean) {
   RunOptions o = opts();
   o.env["TPCOMM_UCX_CLOSE_TIMEOUT"] = "1s";
@@ -26,31 +55,10 @@ TEST_P(UcxShutdown, DestroyWithSendsQueuedToAStoppedPeerIsBoundedAndClean) {
       [&](RankContext& c) {
         auto pg = make_world(c, "ucx");
         int32_t x = 7;
-        if (c.rank == 1) {
-          pg->recv(Tensor::of(&x, 1), 0);  // both directions are wired up
-          c.store->set("pid", std::to_string(getpid()));
-          raise(SIGSTOP);  // silent from here on; rank 0 kills it
-          for (;;) pause();
-        }
+        if (c.rank == 1) stop_after_hello(*pg, c);
         pg->send(Tensor::of(&x, 1), 1);
         pid_t pid = static_cast<pid_t>(std::stol(c.store->get_string("pid")));
-        // Wait until rank 1 is stopped (state 'T' in /proc/<pid>/stat), bounded.
-        auto until = Clock::now() + seconds(30);
-        for (;;) {
-          std::string stat;
-          if (FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r")) {
-            char buf[512] = {};
-            size_t k = std::fread(buf, 1, sizeof buf - 1, f);
-            std::fclose(f);
-            stat.assign(buf, k);
-          }
-          auto close_paren = stat.rfind(')');
-          if (close_paren != std::string::npos && close_paren + 2 < stat.size() &&
-              stat[close_paren + 2] == 'T')
-            break;
-          ASSERT_LT(Clock::now(), until) << "rank 1 did not stop";
-          std::this_thread::sleep_for(milliseconds(5));
-        }
+        ASSERT_TRUE(wait_stopped(pid)) << "rank 1 did not stop";
         // More than UCX and the socket or shared-memory queues take: some sends stay queued
         // in UCX, the rest in the protocol's backlog.
         std::vector<uint8_t> payload(16 << 10, 0x5A);
@@ -64,6 +72,40 @@ TEST_P(UcxShutdown, DestroyWithSendsQueuedToAStoppedPeerIsBoundedAndClean) {
         EXPECT_LT(took, seconds(40));
         // Sends that never left fail as aborted; none is left pending.
         for (auto& w : works) EXPECT_TRUE(w->is_completed());
+      },
+      o);
+  EXPECT_RANKS_OK(r);
+}
+
+// A large send still reading the user's buffer when the group is destroyed: its Work fails as
+// aborted, and the endpoint is closed by force at once (a flush would keep reading that
+// buffer, which the user may free, for up to TPCOMM_UCX_CLOSE_TIMEOUT).
+TEST_P(UcxShutdown, DestroyWithALargeSendInFlightClosesByForce) {
+  RunOptions o = opts();
+  o.env["TPCOMM_UCX_CLOSE_TIMEOUT"] = "120s";
+  o.env["TPCOMM_HEARTBEAT_INTERVAL"] = "0";
+  o.may_die = {1};
+  o.timeout = seconds(90);
+  auto r = run_ranks(
+      2,
+      [&](RankContext& c) {
+        auto pg = make_world(c, "ucx");
+        int32_t x = 7;
+        if (c.rank == 1) stop_after_hello(*pg, c);
+        pg->send(Tensor::of(&x, 1), 1);
+        pid_t pid = static_cast<pid_t>(std::stol(c.store->get_string("pid")));
+        ASSERT_TRUE(wait_stopped(pid)) << "rank 1 did not stop";
+        // Above the eager size and within TPCOMM_UCX_TAGGED_MAX: the data is posted at once.
+        std::vector<uint8_t> big(512 << 10, 0x3C);
+        auto w = pg->isend(Tensor::of(big), 1, 5);
+        std::this_thread::sleep_for(milliseconds(200));  // the RTS and the data are posted
+        auto start = Clock::now();
+        pg->destroy();
+        auto took = Clock::now() - start;
+        kill(pid, SIGKILL);
+        EXPECT_LT(took, seconds(30)) << "the flush of the endpoint was waited for";
+        EXPECT_TRUE(w->is_completed());
+        EXPECT_NE(error_of<AbortedError>([&] { w->wait(); }).find("destroyed"), std::string::npos);
       },
       o);
   EXPECT_RANKS_OK(r);

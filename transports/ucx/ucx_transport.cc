@@ -220,6 +220,22 @@ UcxTransport::~UcxTransport() {
   // the peer lives (a starved machine took more than the 3 s this wait used to have, and the
   // purge then lost messages the peer was waiting for), up to TPCOMM_UCX_CLOSE_TIMEOUT, and
   // given up at once for a peer that exits or fails meanwhile.
+  //
+  // Work on the user's memory goes first: the engine has already failed the operations it
+  // served (their buffers may be freed as soon as their Works return), so receives into user
+  // memory are cancelled before anything progresses UCX again, and an endpoint with a send
+  // still reading user memory (tagged data, or an RMA put awaiting its flush) is closed by
+  // force rather than flushed: the flush would keep reading that memory for as long as it
+  // waits. So is one with a receive that could not be cancelled (UCX already matched it and
+  // moves its data).
+  for (Req* r : live_)
+    if (r->ucx && (r->kind == Req::DataRecv || r->kind == Req::Discard))
+      u_.ucp_request_cancel(worker_, r->ucx);
+  drain();
+  std::unordered_set<int> force;
+  for (Req* r : live_)
+    if (r->kind == Req::PutData || r->kind == Req::Flush || r->kind == Req::DataRecv)
+      force.insert(r->peer);
   struct Closing {
     void* req;
     UcxEndpoint* ep;
@@ -231,7 +247,7 @@ UcxTransport::~UcxTransport() {
     if (e->ep_ == nullptr) continue;
     ucp_request_param_t prm{};
     prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    prm.flags = e->failed_ ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+    prm.flags = e->failed_ || force.count(peer) ? UCP_EP_CLOSE_FLAG_FORCE : 0;
     void* req = u_.ucp_ep_close_nbx(e->ep_, &prm);
     if (UCS_PTR_IS_PTR(req)) closing.push_back({req, e.get()});
   }
@@ -281,7 +297,8 @@ UcxTransport::~UcxTransport() {
       ::close(e->pidfd_);
       e->pidfd_ = -1;
     }
-  // Cancel the receives still posted and let UCX report them.
+  // Cancel the receives still posted (the pool's; user-memory receives went above, and
+  // cancelling one twice is harmless) and let UCX report them.
   for (Req* r : live_)
     if (r->ucx && (r->kind == Req::Pool || r->kind == Req::DataRecv || r->kind == Req::Discard))
       u_.ucp_request_cancel(worker_, r->ucx);
