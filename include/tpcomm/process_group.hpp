@@ -31,7 +31,9 @@ struct Backend {
 };
 
 /// The handle of an operation. wait() rethrows the operation's error; is_success() and
-/// exception() inspect it without throwing.
+/// exception() inspect it without throwing. A successful blocking collective returns one
+/// shared, already completed Work that owns no reference count: use the shared_ptr as a
+/// value (a weak_ptr to it is expired at once).
 class Work {
  public:
   virtual ~Work() = default;
