@@ -44,15 +44,17 @@ Shape shape_scatter(size_t b, size_t es, int n, int rank, int root) {
 }
 
 constexpr OpDesc kOps[] = {
-    {"allreduce", CollOp::AllReduce, true, false, true, f_allreduce, shape_whole},
-    {"broadcast", CollOp::Broadcast, false, true, true, f_one, shape_whole},
-    {"reduce", CollOp::Reduce, true, true, true, f_one, shape_whole},
-    {"allgather", CollOp::AllGather, false, false, true, f_nm1, shape_allgather},
-    {"reducescatter", CollOp::ReduceScatter, true, false, true, f_nm1, shape_reduce_scatter},
-    {"alltoall", CollOp::AllToAll, false, false, false, f_nm1, shape_alltoall},
-    {"gather", CollOp::Gather, false, true, false, f_nm1, shape_gather},
-    {"scatter", CollOp::Scatter, false, true, false, f_nm1, shape_scatter},
-    {"sendrecv", std::nullopt, false, false, false, f_one, shape_whole},
+    {"allreduce", CollOp::AllReduce, true, false, true, f_allreduce, shape_whole, "all_reduce"},
+    {"broadcast", CollOp::Broadcast, false, true, true, f_one, shape_whole, "broadcast"},
+    {"reduce", CollOp::Reduce, true, true, true, f_one, shape_whole, "reduce"},
+    {"allgather", CollOp::AllGather, false, false, true, f_nm1, shape_allgather,
+     "all_gather_into_tensor"},
+    {"reducescatter", CollOp::ReduceScatter, true, false, true, f_nm1, shape_reduce_scatter,
+     "reduce_scatter_tensor"},
+    {"alltoall", CollOp::AllToAll, false, false, false, f_nm1, shape_alltoall, "all_to_all_single"},
+    {"gather", CollOp::Gather, false, true, false, f_nm1, shape_gather, "gather"},
+    {"scatter", CollOp::Scatter, false, true, false, f_nm1, shape_scatter, "scatter"},
+    {"sendrecv", std::nullopt, false, false, false, f_one, shape_whole, "send"},
 };
 
 std::string canonical(const std::string& s) {

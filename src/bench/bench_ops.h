@@ -33,6 +33,9 @@ struct OpDesc {
   double (*bus_factor)(int n);
   /// Buffers for a size of `bytes` (rounded down to what the operation can split).
   Shape (*shape)(size_t bytes, size_t esize, int n, int rank, int root);
+  /// The ProcessGroup method it stands for ("all_reduce", ...): the collective runs under
+  /// that name (its signature's op code, the flight recorder), as a call of the method would.
+  const char* api;
 };
 
 /// Every operation, in the order `-o all` runs them.

@@ -4,7 +4,6 @@
 // fast-path hook included); `sendrecv` uses the group's point-to-point.
 #include <cstring>
 #include <string_view>
-#include <utility>
 
 #include "bench/bench_comm.h"
 #include "collectives/collectives.h"
@@ -37,12 +36,8 @@ class PgBenchComm : public bench::BenchComm {
     const std::string_view name = c.op->name;
     if (name == "sendrecv") return sendrecv(c);
     if (po_.algorithm != c.algorithm) po_.algorithm = c.algorithm;
-    if (c.op != op_) {
-      op_ = c.op;
-      api_ = api_name(name);
-    }
     const char* algo = "";
-    run_blocking(pg_->state(), api_, po_, [&](CollContext& x) {
+    run_blocking(pg_->state(), c.op->api, po_, [&](CollContext& x) {
       const char* a = one(x, c);
       algo = a ? a : "";
       return a;
@@ -61,27 +56,7 @@ class PgBenchComm : public bench::BenchComm {
   }
 
  private:
-  // The ProcessGroup method a tpbench operation stands for: the collective runs under that
-  // name (its signature's operation code, the flight recorder, messages), as a call of the
-  // method would; a name it does not know would be looked up again on every call.
-  static const char* api_name(std::string_view bench_name) {
-    static constexpr std::pair<std::string_view, const char*> kNames[] = {
-        {"allreduce", "all_reduce"},
-        {"broadcast", "broadcast"},
-        {"reduce", "reduce"},
-        {"allgather", "all_gather_into_tensor"},
-        {"reducescatter", "reduce_scatter_tensor"},
-        {"alltoall", "all_to_all_single"},
-        {"gather", "gather"},
-        {"scatter", "scatter"}};
-    for (const auto& [bench, api] : kNames)
-      if (bench == bench_name) return api;
-    return "tpbench";
-  }
-
   CollectiveOptions po_;  // reused: no string copy per call
-  const bench::OpDesc* op_ = nullptr;
-  const char* api_ = "";  // api_name(op_->name)
   // The call on the collective's communicator (buffer layouts as bench_runner.cc's).
   const char* one(CollContext& x, const bench::BenchCall& c) {
     const std::string_view name = c.op->name;

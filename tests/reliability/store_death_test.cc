@@ -35,30 +35,8 @@ struct ServerProcess {
   uint16_t port = 0;
 
   void start() {
-    int fds[2];
-    ASSERT_EQ(pipe(fds), 0);
-    pid = fork();
-    ASSERT_GE(pid, 0);
-    if (pid == 0) {
-      ::close(fds[0]);
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      try {
-        TCPStoreOptions o;
-        o.is_master = true;
-        o.wait_for_workers = false;
-        o.server_only = true;
-        TCPStore server("127.0.0.1", 0, o);
-        uint16_t p = server.port();
-        if (::write(fds[1], &p, sizeof p) != static_cast<ssize_t>(sizeof p)) _exit(3);
-        for (;;) pause();  // until killed
-      } catch (...) {
-        _exit(2);
-      }
-    }
-    ::close(fds[1]);
-    ssize_t n = ::read(fds[0], &port, sizeof port);
-    ::close(fds[0]);
-    ASSERT_EQ(n, static_cast<ssize_t>(sizeof port)) << "the store server did not start";
+    pid = detail::start_store_server(TCPStoreOptions{}.timeout, &port);
+    ASSERT_GT(pid, 0) << "the store server did not start";
   }
   ~ServerProcess() {
     if (pid > 0) {

@@ -35,30 +35,39 @@ bool wait_stopped(pid_t pid) {
   return false;
 }
 
-// Rank 1 answers one message, then stops itself; returns only on rank 1 (never).
-void stop_after_hello(ProcessGroup& pg, RankContext& c) {
-  int32_t x = 0;
-  pg.recv(Tensor::of(&x, 1), 0);  // both directions are wired up
-  c.store->set("pid", std::to_string(getpid()));
-  raise(SIGSTOP);  // silent from here on; rank 0 kills it
-  for (;;) pause();
+// Both ranks: rank 1 answers one message, then stops itself (it never returns); rank 0
+// returns rank 1's pid once rank 1 is stopped, both directions wired up.
+pid_t stop_rank1(ProcessGroup& pg, RankContext& c) {
+  int32_t x = 7;
+  if (c.rank == 1) {
+    pg.recv(Tensor::of(&x, 1), 0);
+    c.store->set("pid", std::to_string(getpid()));
+    raise(SIGSTOP);  // silent from here on; rank 0 kills it
+    for (;;) pause();
+  }
+  pg.send(Tensor::of(&x, 1), 1);
+  pid_t pid = static_cast<pid_t>(std::stol(c.store->get_string("pid")));
+  EXPECT_TRUE(wait_stopped(pid)) << "rank 1 did not stop";
+  return pid;
 }
 
-TEST_P(UcxShutdown, DestroyWithSendsQueuedToAStoppedPeerIsBoundedAndClean) {
-  RunOptions o = opts();
-  o.env["TPCOMM_UCX_CLOSE_TIMEOUT"] = "1s";
+// The options of a test whose rank 1 is stopped and killed by rank 0.
+RunOptions stopped_peer_opts(RunOptions o, const std::string& close_timeout) {
+  o.env["TPCOMM_UCX_CLOSE_TIMEOUT"] = close_timeout;
   o.env["TPCOMM_HEARTBEAT_INTERVAL"] = "0";  // the stopped peer is not declared lost meanwhile
   o.may_die = {1};
   o.timeout = seconds(90);
+  return o;
+}
+
+TEST_P(UcxShutdown, DestroyWithSendsQueuedToAStoppedPeerIsBoundedAndClean) {
+  RunOptions o = stopped_peer_opts(opts(), "1s");
   auto r = run_ranks(
       2,
       [&](RankContext& c) {
         auto pg = make_world(c, "ucx");
-        int32_t x = 7;
-        if (c.rank == 1) stop_after_hello(*pg, c);
-        pg->send(Tensor::of(&x, 1), 1);
-        pid_t pid = static_cast<pid_t>(std::stol(c.store->get_string("pid")));
-        ASSERT_TRUE(wait_stopped(pid)) << "rank 1 did not stop";
+        pid_t pid = stop_rank1(*pg, c);
+        if (::testing::Test::HasFailure()) return;  // rank 1 did not stop
         // More than UCX and the socket or shared-memory queues take: some sends stay queued
         // in UCX, the rest in the protocol's backlog.
         std::vector<uint8_t> payload(16 << 10, 0x5A);
@@ -81,20 +90,13 @@ TEST_P(UcxShutdown, DestroyWithSendsQueuedToAStoppedPeerIsBoundedAndClean) {
 // aborted, and the endpoint is closed by force at once (a flush would keep reading that
 // buffer, which the user may free, for up to TPCOMM_UCX_CLOSE_TIMEOUT).
 TEST_P(UcxShutdown, DestroyWithALargeSendInFlightClosesByForce) {
-  RunOptions o = opts();
-  o.env["TPCOMM_UCX_CLOSE_TIMEOUT"] = "120s";
-  o.env["TPCOMM_HEARTBEAT_INTERVAL"] = "0";
-  o.may_die = {1};
-  o.timeout = seconds(90);
+  RunOptions o = stopped_peer_opts(opts(), "120s");
   auto r = run_ranks(
       2,
       [&](RankContext& c) {
         auto pg = make_world(c, "ucx");
-        int32_t x = 7;
-        if (c.rank == 1) stop_after_hello(*pg, c);
-        pg->send(Tensor::of(&x, 1), 1);
-        pid_t pid = static_cast<pid_t>(std::stol(c.store->get_string("pid")));
-        ASSERT_TRUE(wait_stopped(pid)) << "rank 1 did not stop";
+        pid_t pid = stop_rank1(*pg, c);
+        if (::testing::Test::HasFailure()) return;  // rank 1 did not stop
         // Above the eager size and within TPCOMM_UCX_TAGGED_MAX: the data is posted at once.
         std::vector<uint8_t> big(512 << 10, 0x3C);
         auto w = pg->isend(Tensor::of(big), 1, 5);

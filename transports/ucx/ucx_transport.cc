@@ -202,19 +202,19 @@ UcxTransport::UcxTransport(const transport::TransportContext& ctx, const Options
                    << " bytes, event fd " << efd_ << ")";
 }
 
-UcxTransport::~UcxTransport() {
-  closing_ = true;
-  auto drain = [&] {
-    for (int i = 0; i < 64 && u_.ucp_worker_progress(worker_) != 0; ++i) {
-    }
-    std::vector<Req*> done;
-    done.swap(completed_);
-    for (Req* r : done) {
-      if (r->ucx) u_.ucp_request_free(r->ucx);
-      live_.erase(r);
-      delete r;
-    }
-  };
+void UcxTransport::drain_completed() {
+  for (int i = 0; i < 64 && u_.ucp_worker_progress(worker_) != 0; ++i) {
+  }
+  std::vector<Req*> done;
+  done.swap(completed_);
+  for (Req* r : done) {
+    if (r->ucx) u_.ucp_request_free(r->ucx);
+    live_.erase(r);
+    delete r;
+  }
+}
+
+void UcxTransport::close_endpoints() {
   // Close endpoints: flush what was sent, force where the peer is gone. An eager send reported
   // complete may still sit in UCX: the flush is what delivers it, so it is waited for while
   // the peer lives (a starved machine took more than the 3 s this wait used to have, and the
@@ -231,7 +231,7 @@ UcxTransport::~UcxTransport() {
   for (Req* r : live_)
     if (r->ucx && (r->kind == Req::DataRecv || r->kind == Req::Discard))
       u_.ucp_request_cancel(worker_, r->ucx);
-  drain();
+  drain_completed();
   std::unordered_set<int> force;
   for (Req* r : live_)
     if (r->kind == Req::PutData || r->kind == Req::Flush || r->kind == Req::DataRecv)
@@ -257,7 +257,7 @@ UcxTransport::~UcxTransport() {
   auto ms = [](std::chrono::milliseconds d) { return std::to_string(d.count()) + " ms"; };
   bool warned = false;
   while (!closing.empty() && std::chrono::steady_clock::now() - start < wait) {
-    drain();
+    drain_completed();
     next_pid_check_ms_ = 0;
     check_pids();  // marks exited same-host peers failed (errors_ is not reported any more)
     for (size_t i = 0; i < closing.size();) {
@@ -297,16 +297,20 @@ UcxTransport::~UcxTransport() {
       ::close(e->pidfd_);
       e->pidfd_ = -1;
     }
-  // Cancel the receives still posted (the pool's; user-memory receives went above, and
-  // cancelling one twice is harmless) and let UCX report them.
+}
+
+UcxTransport::~UcxTransport() {
+  closing_ = true;
+  close_endpoints();
+  // Cancel the pool's receives (close_endpoints cancelled those into user memory) and let
+  // UCX report them.
   for (Req* r : live_)
-    if (r->ucx && (r->kind == Req::Pool || r->kind == Req::DataRecv || r->kind == Req::Discard))
-      u_.ucp_request_cancel(worker_, r->ucx);
+    if (r->ucx && r->kind == Req::Pool) u_.ucp_request_cancel(worker_, r->ucx);
   auto cancel_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-  while (!live_.empty() && std::chrono::steady_clock::now() < cancel_deadline) drain();
-  drain();
+  while (!live_.empty() && std::chrono::steady_clock::now() < cancel_deadline) drain_completed();
+  drain_completed();
   // The requests still live are freed only after the worker: ucp_worker_destroy purges the
-  // sends still pending on endpoints that did not close (a peer gone, the wait above spent)
+  // sends still pending on endpoints that did not close (a peer gone, the close wait spent)
   // and calls their callbacks, which write into the Req (a segfault in send_cb when the Reqs
   // were deleted first: P2P/Semantics.TenThousandOutstandingSmallIsends/ucx under load).
   u_.ucp_worker_destroy(worker_);

@@ -129,6 +129,11 @@ class UcxTransport : public transport::Transport {
                          int& events);
   void finish(Req* r, transport::EventSink& sink, int& events);
   void check_pids();
+  /// Shutdown: progresses UCX a little, then frees the requests it reported complete.
+  void drain_completed();
+  /// Shutdown: withdraws work on user memory, closes every endpoint (flushed while the peer
+  /// lives, up to TPCOMM_UCX_CLOSE_TIMEOUT; forced otherwise) and closes the pid watches.
+  void close_endpoints();
   Req* new_req();
   void release(Req* r);
   std::string peer_text(int peer) const;
