@@ -16,7 +16,7 @@ std::string where(const char* op, int rank) {
 
 }  // namespace
 
-void tensor(const Tensor& t, const char* op, const char* what, int rank) {
+void tensor_failed(const Tensor& t, const char* op, const char* what, int rank) {
   if (t.numel < 0) {
     throw InvalidArgument(where(op, rank) + what + " has a negative element count (" +
                           std::to_string(t.numel) + ")");
@@ -34,11 +34,11 @@ void tensor(const Tensor& t, const char* op, const char* what, int rank) {
                             " memory; the host collectives take CPU tensors (use the nccl "
                             "backend for CUDA tensors)");
   }
+  throw Error(where(op, rank) + what + ": tensor_failed called for a valid tensor");
 }
 
-void same_dtype(const Tensor& a, const char* a_name, const Tensor& b, const char* b_name,
-                const char* op, int rank) {
-  if (a.dtype == b.dtype) return;
+void dtype_mismatch(const Tensor& a, const char* a_name, const Tensor& b, const char* b_name,
+                    const char* op, int rank) {
   throw InvalidArgument(where(op, rank) + b_name + " has dtype " + dtype_name(b.dtype) + " but " +
                         a_name + " has dtype " + dtype_name(a.dtype) +
                         "; pass tensors of one dtype");

@@ -13,12 +13,27 @@
 
 namespace tpcomm::coll::check {
 
-/// A usable host tensor: numel >= 0, data present when numel > 0, CPU memory.
-void tensor(const Tensor& t, const char* op, const char* what, int rank);
+/// Throws the error of tensor() for a tensor that fails it.
+[[noreturn]] void tensor_failed(const Tensor& t, const char* op, const char* what, int rank);
+
+/// A usable host tensor: numel >= 0, data present when numel > 0, CPU memory. Inline: it
+/// runs on every collective call (the message is built out of line, on failure only).
+inline void tensor(const Tensor& t, const char* op, const char* what, int rank) {
+  if (t.numel >= 0 && (t.numel == 0 || t.data != nullptr) &&
+      static_cast<int>(t.dtype) < kNumDTypes && t.device.type == DeviceType::CPU)
+    return;
+  tensor_failed(t, op, what, rank);
+}
+
+/// Throws the error of same_dtype().
+[[noreturn]] void dtype_mismatch(const Tensor& a, const char* a_name, const Tensor& b,
+                                 const char* b_name, const char* op, int rank);
 
 /// `b` has the dtype of `a`.
-void same_dtype(const Tensor& a, const char* a_name, const Tensor& b, const char* b_name,
-                const char* op, int rank);
+inline void same_dtype(const Tensor& a, const char* a_name, const Tensor& b, const char* b_name,
+                       const char* op, int rank) {
+  if (a.dtype != b.dtype) dtype_mismatch(a, a_name, b, b_name, op, rank);
+}
 
 /// Throws the InvalidArgument of numel() (t.numel != expected).
 [[noreturn]] void numel_mismatch(const Tensor& t, const char* what, int64_t expected,

@@ -3,7 +3,6 @@
 // timed call runs as one collective of the group (the same path as ProcessGroup's methods,
 // fast-path hook included); `sendrecv` uses the group's point-to-point.
 #include <cstring>
-#include <string_view>
 
 #include "bench/bench_comm.h"
 #include "collectives/collectives.h"
@@ -33,9 +32,11 @@ class PgBenchComm : public bench::BenchComm {
   }
 
   const char* run(const bench::BenchCall& c) override {
-    const std::string_view name = c.op->name;
-    if (name == "sendrecv") return sendrecv(c);
+    if (!c.op->coll) return sendrecv(c);
+    // Reused: no string copy per call.
     if (po_.algorithm != c.algorithm) po_.algorithm = c.algorithm;
+    if (co_.algorithm != c.algorithm) co_.algorithm = c.algorithm;
+    co_.slice_bytes = c.slice_bytes;
     const char* algo = "";
     run_blocking(pg_->state(), c.op->api, po_, [&](CollContext& x) {
       const char* a = one(x, c);
@@ -56,57 +57,60 @@ class PgBenchComm : public bench::BenchComm {
   }
 
  private:
-  CollectiveOptions po_;  // reused: no string copy per call
+  CollectiveOptions po_;
+  coll::CommonOptions co_;
   // The call on the collective's communicator (buffer layouts as bench_runner.cc's).
   const char* one(CollContext& x, const bench::BenchCall& c) {
-    const std::string_view name = c.op->name;
     const size_t p = c.shape.param, n = static_cast<size_t>(size());
     const int r = rank();
-    coll::CommonOptions o;
-    o.algorithm = c.algorithm;
-    o.slice_bytes = c.slice_bytes;
-    if (name == "allreduce") {
-      Tensor out = view(c.recv, p, c.dtype);
-      return run_all_reduce(
-          x, {c.in_place ? out : view(c.send, p, c.dtype), out, c.redop, c.premul_scale, o});
+    const coll::CommonOptions& o = co_;
+    switch (*c.op->coll) {
+      case coll::CollOp::AllReduce: {
+        Tensor out = view(c.recv, p, c.dtype);
+        return run_all_reduce(
+            x, {c.in_place ? out : view(c.send, p, c.dtype), out, c.redop, c.premul_scale, o});
+      }
+      case coll::CollOp::Broadcast: {
+        coll::BroadcastArgs a{view(c.recv, p, c.dtype), Tensor{}, c.root, o};
+        if (!c.in_place && r == c.root) a.input = view(c.send, p, c.dtype);
+        return run_broadcast(x, a);
+      }
+      case coll::CollOp::Reduce: {
+        Tensor out = view(c.recv, p, c.dtype);
+        return run_reduce(x, {c.in_place ? out : view(c.send, p, c.dtype), out, c.root, c.redop,
+                              c.premul_scale, o});
+      }
+      case coll::CollOp::AllGather: {
+        Tensor in = c.in_place ? view(c.recv, p, c.dtype, p * static_cast<size_t>(r))
+                               : view(c.send, p, c.dtype);
+        return run_all_gather(x, {in, view(c.recv, p * n, c.dtype), o});
+      }
+      case coll::CollOp::ReduceScatter: {
+        Tensor out = c.in_place ? view(c.send, p, c.dtype, p * static_cast<size_t>(r))
+                                : view(c.recv, p, c.dtype);
+        return run_reduce_scatter(x,
+                                  {view(c.send, p * n, c.dtype), out, c.redop, c.premul_scale, o});
+      }
+      case coll::CollOp::AllToAll: {
+        coll::AllToAllArgs a;
+        a.input = view(c.send, p * n, c.dtype);
+        a.output = view(c.recv, p * n, c.dtype);
+        a.options = o;
+        return coll::all_to_all(x.comm, a).name;
+      }
+      case coll::CollOp::Gather:
+        return coll::gather(x.comm,
+                            {view(c.send, p, c.dtype),
+                             r == c.root ? view(c.recv, p * n, c.dtype) : Tensor{}, c.root, o})
+            .name;
+      case coll::CollOp::Scatter:
+        return coll::scatter(x.comm, {r == c.root ? view(c.send, p * n, c.dtype) : Tensor{},
+                                      view(c.recv, p, c.dtype), c.root, o})
+            .name;
+      default:
+        break;
     }
-    if (name == "broadcast") {
-      coll::BroadcastArgs a{view(c.recv, p, c.dtype), Tensor{}, c.root, o};
-      if (!c.in_place && r == c.root) a.input = view(c.send, p, c.dtype);
-      return run_broadcast(x, a);
-    }
-    if (name == "reduce") {
-      Tensor out = view(c.recv, p, c.dtype);
-      return run_reduce(x, {c.in_place ? out : view(c.send, p, c.dtype), out, c.root, c.redop,
-                            c.premul_scale, o});
-    }
-    if (name == "allgather") {
-      Tensor in = c.in_place ? view(c.recv, p, c.dtype, p * static_cast<size_t>(r))
-                             : view(c.send, p, c.dtype);
-      return run_all_gather(x, {in, view(c.recv, p * n, c.dtype), o});
-    }
-    if (name == "reducescatter") {
-      Tensor out = c.in_place ? view(c.send, p, c.dtype, p * static_cast<size_t>(r))
-                              : view(c.recv, p, c.dtype);
-      return run_reduce_scatter(x, {view(c.send, p * n, c.dtype), out, c.redop, c.premul_scale, o});
-    }
-    if (name == "alltoall") {
-      coll::AllToAllArgs a;
-      a.input = view(c.send, p * n, c.dtype);
-      a.output = view(c.recv, p * n, c.dtype);
-      a.options = o;
-      return coll::all_to_all(x.comm, a).name;
-    }
-    if (name == "gather")
-      return coll::gather(x.comm,
-                          {view(c.send, p, c.dtype),
-                           r == c.root ? view(c.recv, p * n, c.dtype) : Tensor{}, c.root, o})
-          .name;
-    if (name == "scatter")
-      return coll::scatter(x.comm, {r == c.root ? view(c.send, p * n, c.dtype) : Tensor{},
-                                    view(c.recv, p, c.dtype), c.root, o})
-          .name;
-    throw InvalidArgument("tpbench: no such operation '" + std::string(name) + "'");
+    throw InvalidArgument("tpbench: no such operation '" + std::string(c.op->name) + "'");
   }
 
   // Each rank sends to the next and receives from the previous (point-to-point path).

@@ -34,6 +34,9 @@ inline constexpr size_t kCrossPiece = size_t{64} << 20;
 bool stream_results(size_t total_bytes);
 
 void allreduce_shm(Team& t, const void* in, void* out, size_t count, const Reducer& red);
+/// allreduce_shm for a SUM of a few float32/float64/int32/int64 elements that fit the shared
+/// slots, with the same steps and result; false, having done nothing, for anything else.
+bool allreduce_shm_tiny(Team& t, const void* in, void* out, size_t count, DType dtype, ReduceOp op);
 void broadcast_shm(Team& t, void* data, const void* root_src, size_t bytes, int root);
 void allgather_shm(Team& t, const void* in, void* out, size_t bytes_per_rank);
 void reduce_scatter_shm(Team& t, const void* in, void* out, size_t count_per_rank,

@@ -39,9 +39,9 @@ void tiny_sum(Team& t, Payload payload, void* out, size_t count) {
 
 // `payload(r)`: rank r's contribution.
 template <class Payload>
-bool tiny(Team& t, Payload payload, void* out, size_t count, const Reducer& red) {
-  if (count > 8 || (red.op() != ReduceOp::SUM && red.op() != ReduceOp::AVG)) return false;
-  switch (red.dtype()) {
+bool tiny(Team& t, Payload payload, void* out, size_t count, DType dtype, ReduceOp op) {
+  if (count > 8 || (op != ReduceOp::SUM && op != ReduceOp::AVG)) return false;
+  switch (dtype) {
     case DType::Float32:
       tiny_sum<float>(t, payload, out, count);
       return true;
@@ -63,11 +63,24 @@ bool tiny(Team& t, Payload payload, void* out, size_t count, const Reducer& red)
 template <class Payload>
 void reduce_all(Team& t, Payload payload, void* out, size_t count, const Reducer& red) {
   const int n = t.size();
-  if (!tiny(t, payload, out, count, red)) {
+  if (!tiny(t, payload, out, count, red.dtype(), red.op())) {
     red.merge(out, payload(0), payload(1), count);
     for (int r = 2; r < n; ++r) red.merge(out, out, payload(r), count);
   }
   red.finish(out, count, n);
+}
+
+// A copy of at most kSharedBytes: the common sizes as fixed-size moves (no library call).
+void copy_tiny(uint8_t* dst, const void* src, size_t bytes) {
+  if (bytes == 8) {
+    std::memcpy(dst, src, 8);
+  } else if (bytes == 4) {
+    std::memcpy(dst, src, 4);
+  } else if (bytes == 16) {
+    std::memcpy(dst, src, 16);
+  } else {
+    std::memcpy(dst, src, bytes);
+  }
 }
 
 void small(Team& t, const void* in, void* out, size_t count, const Reducer& red) {
@@ -168,6 +181,33 @@ void chunked(Team& t, const void* in_v, void* out_v, size_t count, const Reducer
 }
 
 }  // namespace
+
+bool allreduce_shm_tiny(Team& t, const void* in, void* out, size_t count, DType dtype,
+                        ReduceOp op) {
+  // What small() and reduce_all() do for these, without the Reducer's calls: the same steps
+  // and the same arithmetic (identical bits).
+  if (op != ReduceOp::SUM) return false;
+  size_t es;
+  switch (dtype) {
+    case DType::Float32:
+    case DType::Int32:
+      es = 4;
+      break;
+    case DType::Float64:
+    case DType::Int64:
+      es = 8;
+      break;
+    default:
+      return false;
+  }
+  if (!t.fits_shared(count * es)) return false;
+  const int p = t.acquire_shared(kOp);
+  copy_tiny(t.shared_payload(t.rank(), p), in, count * es);
+  const uint64_t v = t.post_shared(p);
+  t.wait_shared_all(p, v, kOp);
+  return tiny(
+      t, [&](int r) { return t.shared_payload(r, p); }, out, count, dtype, op);
+}
 
 void allreduce_shm(Team& t, const void* in, void* out, size_t count, const Reducer& red) {
   const size_t bytes = count * red.esize();

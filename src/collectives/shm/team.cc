@@ -97,11 +97,16 @@ uint64_t Team::post() {
 }
 
 void Team::begin_call(const CallSig& s) {
+  // The hash of the arguments is the last call's when they are the same (a loop of small
+  // collectives repeats one call).
+  if (s.op != sig_.op || s.dtype != sig_.dtype || s.redop != sig_.redop || s.root != sig_.root ||
+      s.count != sig_.count || calls_begun_ == 0)
+    args_hash_ = call_hash(s);
   sig_ = s;
   sig_.call = ++calls_begun_;
   call_base_ = phase_;
   flag(rank_)->calls[sig_.call % kCallRing] = sig_;  // published by this call's first post
-  shared_sig_ = uint64_t{sig_.call} << 32 | call_hash(sig_);
+  shared_sig_ = uint64_t{sig_.call} << 32 | args_hash_;
 }
 
 namespace {

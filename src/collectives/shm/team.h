@@ -280,6 +280,7 @@ class Team {
   uint64_t shared_release_[2] = {0, 0};
   int next_shared_ = 0;
   uint64_t shared_sig_ = 0;  // sig_.call << 32 | call_hash(sig_), set by begin_call
+  uint32_t args_hash_ = 0;   // call_hash(sig_)
   int next_buf_ = 0;
   int next_small_ = 0;
   Deadline dl_ = Deadline::never();
