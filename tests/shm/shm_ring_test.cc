@@ -3,6 +3,7 @@
 // control messages, keys) against malformed input, and segment creation errors.
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 
 #include <cstring>
 #include <random>
@@ -288,6 +289,31 @@ TEST(ShmSegment, CreateAttachShare) {
   EXPECT_EQ(format_bytes(256 * 1024), "256 KiB");
   EXPECT_EQ(format_bytes(1536), "1.5 KiB");
   EXPECT_EQ(format_bytes(10), "10 bytes");
+}
+
+// A segment whose tail (the staging area) is left a hole until it is claimed: creating and
+// attaching it allocates only the reserved head, reserve() allocates the tail, and what the
+// creator then writes there is what the attached side reads.
+TEST(ShmSegment, TailStaysAHoleUntilReserved) {
+  const size_t head = 64 << 10, tail = 4 << 20;
+  Segment s = Segment::create(head + tail, "/dev/shm", "a test segment", head);
+  auto allocated = [&] {
+    struct stat st {};
+    EXPECT_EQ(::fstat(s.fd(), &st), 0);
+    return static_cast<size_t>(st.st_blocks) * 512;
+  };
+  EXPECT_LT(allocated(), head + tail / 2);
+  Segment t = Segment::attach(::dup(s.fd()), head + tail, "copy", head);
+  t.base()[10] = 1;  // the head is usable at once
+  EXPECT_EQ(s.base()[10], 1);
+  EXPECT_LT(allocated(), head + tail / 2) << "attaching must not allocate the tail";
+  EXPECT_EQ(s.reserve(head, tail, "/dev/shm", "the tail"), "");
+  EXPECT_GE(allocated(), head + tail);
+  std::memset(s.base() + head, 0x5A, tail);
+  EXPECT_EQ(t.base()[head + tail - 1], 0x5A);
+  s.close_fd();
+  EXPECT_NE(s.reserve(head, tail, "/dev/shm", "the tail").find("descriptor is closed"),
+            std::string::npos);
 }
 
 TEST(ShmSegment, MissingDirectoryIsNamed) {

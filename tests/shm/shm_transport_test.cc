@@ -134,9 +134,11 @@ TEST_F(ShmTransportTest, PostsBeforeTheHandshakeGetNoResource) {
 }
 
 // Puts of many sizes, checked inside on_put_arrived (the data must be there already).
-void run_puts(bool cma, bool shared = false) {
+// `stage`: TPCOMM_SHM_STAGE_SIZE (the staging area of large shared puts; "0": none).
+void run_puts(bool cma, bool shared = false, const char* stage = "0") {
   set_env("TPCOMM_SHM_CMA", cma ? "1" : "0");
   set_env("TPCOMM_SHM_SHARED_MIN", shared ? "1M" : "0");
+  set_env("TPCOMM_SHM_STAGE_SIZE", stage);
   auto a = make_shm(0, 2), b = make_shm(1, 2);
   EXPECT_EQ(a->capabilities().native_put, cma);
   Sink sa, sb;
@@ -190,14 +192,25 @@ void run_puts(bool cma, bool shared = false) {
 TEST_F(ShmTransportTest, PutsByCrossMemoryWrite) { run_puts(true); }
 TEST_F(ShmTransportTest, PutsCopiedByBothEnds) { run_puts(true, true); }
 TEST_F(ShmTransportTest, PutsThroughTheRingWhenCmaIsOff) { run_puts(false); }
+// Large puts through the staging area: the default 4M of 1M chunks, and a small area of 16K
+// chunks whose slots are refilled many times per put; with and without cross-memory access
+// (staging needs none).
+TEST_F(ShmTransportTest, PutsStagedByBothEnds) { run_puts(true, true, "4M"); }
+TEST_F(ShmTransportTest, PutsStagedThroughASmallAreaWithoutCma) {
+  set_env("TPCOMM_SHM_STAGE_CHUNK", "16K");
+  run_puts(false, true, "48K");
+}
 
 // More puts in flight than there are shared-copy slots, interleaved with messages, in every
-// put mode (shared copy, plain cross-memory write, through the ring).
+// put mode (staged, shared cross-memory copy, plain cross-memory write, through the ring).
 TEST_F(ShmTransportTest, ManyPutsAndMessagesInterleaved) {
-  for (const char* mode : {"shared", "cma", "ring"}) {
+  for (const char* mode : {"staged", "shared", "cma", "ring"}) {
     SCOPED_TRACE(mode);
-    set_env("TPCOMM_SHM_CMA", std::string(mode) == "ring" ? "0" : "1");
-    set_env("TPCOMM_SHM_SHARED_MIN", std::string(mode) == "shared" ? "64K" : "0");
+    const std::string m = mode;
+    set_env("TPCOMM_SHM_CMA", m == "ring" ? "0" : "1");
+    set_env("TPCOMM_SHM_SHARED_MIN", m == "shared" || m == "staged" ? "64K" : "0");
+    set_env("TPCOMM_SHM_STAGE_SIZE", m == "staged" ? "128K" : "0");
+    set_env("TPCOMM_SHM_STAGE_CHUNK", "32K");
     set_env("TPCOMM_SHM_PUT_CHUNK", "64K");
     auto a = make_shm(0, 2), b = make_shm(1, 2);
     Sink sa, sb;
@@ -232,6 +245,7 @@ TEST_F(ShmTransportTest, ManyPutsAndMessagesInterleaved) {
 // before the receiver looks (and notifies it).
 TEST_F(ShmTransportTest, SharedPutFinishedByEitherEnd) {
   set_env("TPCOMM_SHM_PUT_CHUNK", "1M");
+  set_env("TPCOMM_SHM_STAGE_SIZE", "0");  // cross-memory copies: either end may finish
   for (bool receiver_finishes : {true, false}) {
     SCOPED_TRACE(receiver_finishes ? "receiver finishes" : "sender finishes");
     auto a = make_shm(0, 2), b = make_shm(1, 2);
@@ -264,6 +278,78 @@ TEST_F(ShmTransportTest, SharedPutFinishedByEitherEnd) {
     }
     EXPECT_TRUE(sa.errors.empty() && sb.errors.empty());
   }
+}
+
+// A staged put without cross-memory access needs both ends: the sender alone fills the
+// staging area and stops; the receiver alone drains what is there and waits for more; the put
+// completes (data in place at the arrival, then the sender's completion) only with both
+// progressing. The slots are then reused by the next puts.
+TEST_F(ShmTransportTest, StagedPutNeedsBothEndsAndReusesItsSlots) {
+  set_env("TPCOMM_SHM_CMA", "0");
+  set_env("TPCOMM_SHM_PUT_CHUNK", "1M");
+  set_env("TPCOMM_SHM_STAGE_SIZE", "256K");
+  set_env("TPCOMM_SHM_STAGE_CHUNK", "64K");
+  auto a = make_shm(0, 2), b = make_shm(1, 2);
+  Sink sa, sb;
+  Endpoint *ab, *ba;
+  std::tie(ab, ba) = connect_pair(*a, sa, 0, *b, sb, 1);
+  const size_t kLen = (4 << 20) + 5;
+  std::vector<uint8_t> src(kLen), dst(kLen, 0);
+  for (size_t i = 0; i < kLen; ++i) src[i] = pattern(6, i);
+  auto smr = a->register_memory(src.data(), src.size(), Device::cpu());
+  auto dmr = b->register_memory(dst.data(), dst.size(), Device::cpu());
+  ASSERT_EQ(ab->put(*smr, 0, dmr->remote_key(), 0, kLen, 42, 7), PostStatus::Ok);
+  for (int i = 0; i < 20; ++i) a->progress(sa);
+  for (int i = 0; i < 20; ++i) b->progress(sb);
+  EXPECT_TRUE(sa.done.empty());
+  EXPECT_TRUE(sb.arrived.empty());
+  // The first 4 chunks (the whole area) arrived; nothing beyond.
+  EXPECT_EQ(std::memcmp(dst.data(), src.data(), 256 << 10), 0);
+  EXPECT_EQ(dst[256 << 10], 0);
+  bool in_place = false;
+  sb.on_arrived = [&](uint32_t) { in_place = dst == src; };
+  ASSERT_TRUE(pump({{a.get(), &sa}, {b.get(), &sb}},
+                   [&] { return sb.arrived.size() == 1 && sa.done.size() == 1; }));
+  EXPECT_TRUE(in_place) << "data not in place at the notification";
+  EXPECT_EQ(sb.arrived[0], 42u);
+  EXPECT_EQ(sa.done[0], std::make_pair(uint64_t{7}, true));
+  sb.on_arrived = nullptr;
+  for (uint32_t i = 0; i < 40; ++i) {
+    ASSERT_EQ(ab->put(*smr, i, dmr->remote_key(), 0, (1 << 20) + i, i, i), PostStatus::Ok);
+    ASSERT_TRUE(pump({{a.get(), &sa}, {b.get(), &sb}},
+                     [&] { return sb.arrived.size() == i + 2 && sa.done.size() == i + 2; }));
+    ASSERT_EQ(std::memcmp(dst.data(), src.data() + i, (1 << 20) + i), 0) << i;
+  }
+  EXPECT_TRUE(sa.errors.empty() && sb.errors.empty());
+}
+
+// With cross-memory access, a receiver that does not drain the full staging area does not
+// hold the sender up: after a stall the sender writes the remaining chunks straight into the
+// destination; the staged ones complete when the receiver drains them.
+TEST_F(ShmTransportTest, StagedPutGoesOnWhileTheReceiverStalls) {
+  set_env("TPCOMM_SHM_STAGE_SIZE", "256K");
+  set_env("TPCOMM_SHM_STAGE_CHUNK", "64K");
+  auto a = make_shm(0, 2), b = make_shm(1, 2);
+  Sink sa, sb;
+  Endpoint *ab, *ba;
+  std::tie(ab, ba) = connect_pair(*a, sa, 0, *b, sb, 1);
+  const size_t kLen = (2 << 20) + 9;
+  std::vector<uint8_t> src(kLen), dst(kLen, 0);
+  for (size_t i = 0; i < kLen; ++i) src[i] = pattern(8, i);
+  auto smr = a->register_memory(src.data(), src.size(), Device::cpu());
+  auto dmr = b->register_memory(dst.data(), dst.size(), Device::cpu());
+  ASSERT_EQ(ab->put(*smr, 0, dmr->remote_key(), 0, kLen, 5, 6), PostStatus::Ok);
+  const size_t staged = 256 << 10;  // the first four chunks fill the area
+  ASSERT_TRUE(pump({{a.get(), &sa}}, [&] {
+    return std::memcmp(dst.data() + staged, src.data() + staged, kLen - staged) == 0;
+  })) << "the sender did not write past the full staging area";
+  EXPECT_TRUE(sa.done.empty()) << "the staged chunks are not in place yet";
+  EXPECT_EQ(dst[0], 0);
+  ASSERT_TRUE(pump({{a.get(), &sa}, {b.get(), &sb}},
+                   [&] { return sb.arrived.size() == 1 && sa.done.size() == 1; }));
+  EXPECT_EQ(dst, src);
+  EXPECT_EQ(sb.arrived[0], 5u);
+  EXPECT_TRUE(sa.errors.empty() && sb.errors.empty());
 }
 
 TEST_F(ShmTransportTest, PutRangeAndKeyChecks) {
@@ -515,6 +601,18 @@ TEST_F(ShmTransportTest, BadSettingsNameTheVariable) {
   set_env("TPCOMM_SHM_RING_SIZE", nullptr);
   set_env("TPCOMM_SHM_PUT_CHUNK", "10");
   EXPECT_THROW(make_shm(0, 2), ConfigError);
+  set_env("TPCOMM_SHM_PUT_CHUNK", nullptr);
+  for (const char* bad : {"1M", "1000000", "2G"}) {  // one 1M chunk, less than two, over 1G
+    set_env("TPCOMM_SHM_STAGE_SIZE", bad);
+    try {
+      make_shm(0, 2);
+      FAIL() << bad;
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("TPCOMM_SHM_STAGE_SIZE=") + bad),
+                std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 TEST_F(ShmTransportTest, ConnectToSelf) {

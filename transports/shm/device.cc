@@ -194,10 +194,14 @@ Endpoint& ShmTransport::connect(int peer, std::span<const uint8_t> peer_address,
 }
 
 void ShmTransport::start_out(ShmEndpoint& ep, std::chrono::steady_clock::time_point deadline) {
+  // The staging area stays a hole in the file until the first large put claims it.
+  const size_t stage = cfg_.stage_chunk * cfg_.stage_slots;
   ep.out_seg_ = Segment::create(
-      ring_segment_bytes(cfg_.ring_bytes), cfg_.dir,
-      "the ring from rank " + std::to_string(ctx_.rank) + " to rank " + std::to_string(ep.peer_));
-  ep.out_.init(ep.out_seg_.base(), cfg_.ring_bytes, random_u64(), ctx_.rank, ep.peer_);
+      ring_segment_bytes(cfg_.ring_bytes, stage), cfg_.dir,
+      "the ring from rank " + std::to_string(ctx_.rank) + " to rank " + std::to_string(ep.peer_),
+      ring_segment_bytes(cfg_.ring_bytes));
+  ep.out_.init(ep.out_seg_.base(), cfg_.ring_bytes, random_u64(), ctx_.rank, ep.peer_,
+               cfg_.stage_chunk, cfg_.stage_slots);
   ep.out_state_ = ShmEndpoint::OutState::Connecting;
   ep.deadline_ = deadline;
   ep.next_try_ = Clock::now();
@@ -254,7 +258,9 @@ void ShmTransport::try_connect(ShmEndpoint& ep) {
     fail(ep, "shm: cannot send the handshake to " + ep.who() + ": " + std::strerror(err));
     return;
   }
-  ep.out_seg_.close_fd();  // the peer's copy travels in the socket
+  // The peer's copy travels in the socket; ours stays while the staging area may still
+  // have to be claimed (ShmEndpoint::try_stage).
+  if (ep.out_.stage_slots() == 0) ep.out_seg_.close_fd();
   ep.out_sock_ = std::move(sock);
   ep.out_state_ = ShmEndpoint::OutState::HelloSent;
   watch(ep.out_sock_.get(), kTagOut | static_cast<uint32_t>(ep.peer_));

@@ -33,6 +33,9 @@ struct Settings {
   size_t put_chunk = 4 << 20;
   /// Puts of at least this many bytes are copied by both ends at once (0: never).
   size_t shared_min = 1 << 20;
+  /// Staging area per direction: slots x chunk bytes (no area when stage_slots is 0).
+  size_t stage_chunk = 1 << 20;
+  uint32_t stage_slots = 4;
   std::string dir = "/dev/shm";
   /// Reads the registry; throws ConfigError for unusable values.
   static Settings from_config();

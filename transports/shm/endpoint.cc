@@ -98,7 +98,9 @@ PostStatus ShmEndpoint::put(const MemoryRegion& src, size_t src_offset, const Re
   puts_.push_back(op);
   ++t_.puts_pending_;
   t_.note_busy();
-  if (cma_ && t_.cfg_.shared_min > 0 && length >= t_.cfg_.shared_min) try_share(puts_.back());
+  if (t_.cfg_.shared_min > 0 && length >= t_.cfg_.shared_min && !try_stage(puts_.back()) && cma_) {
+    try_share(puts_.back());
+  }
   // The first step runs now: a put up to one step's size is done (and notified) before we
   // return; its completion is reported by the next progress().
   advance_puts();
@@ -111,7 +113,11 @@ void ShmEndpoint::advance_puts() {
   while (!puts_.empty() && !failed_) {
     PutOp& op = puts_.front();
     if (op.slot >= 0) {
-      advance_shared(op, budget);
+      if (op.staged) {
+        advance_staged(op, budget);
+      } else {
+        advance_shared(op, budget);
+      }
       if (failed_) return;
       if (!op.claims_done) break;
       PutSlot& ps = put_slots(out_seg_.base())[op.slot];
@@ -261,138 +267,6 @@ int ShmEndpoint::poll_in(EventSink& sink) {
     if (in_.publish_head()) ring_peer(in_sock_.get());
   }
   return events;
-}
-
-void ShmEndpoint::try_share(PutOp& op) {
-  PutSlot* slots = put_slots(out_seg_.base());
-  int k = -1;
-  for (size_t i = 0; i < kPutSlots; ++i) {
-    if (slot_busy_[i]) continue;
-    // Free once the receiver is finished with the slot's last put.
-    if (slot_gen_[i] == 0 || slots[i].seen.load(std::memory_order_acquire) == slot_gen_[i]) {
-      k = static_cast<int>(i);
-      break;
-    }
-  }
-  if (k < 0) return;
-  // Chunks small enough that both ends get several, large enough to amortise the claims.
-  uint64_t chunk = std::clamp<uint64_t>(op.length / 16, 256 << 10, 4 << 20) & ~uint64_t(4095);
-  uint64_t chunks = (op.length + chunk - 1) / chunk;
-  if (chunks > UINT32_MAX / 2) return;
-  PutSlot& ps = slots[k];
-  uint32_t gen = next_gen_++;
-  if (next_gen_ == 0) next_gen_ = 1;
-  ps.next.store(0, std::memory_order_relaxed);
-  ps.done.store(0, std::memory_order_relaxed);
-  ps.gen = gen;
-  ps.chunks = static_cast<uint32_t>(chunks);
-  ps.imm = op.imm;
-  ps.chunk_bytes = chunk;
-  ps.src = reinterpret_cast<uint64_t>(op.src);
-  ps.region = op.region;
-  ps.dst_offset = op.dst_offset;
-  ps.length = op.length;
-  PutShareRecord rec{static_cast<uint32_t>(k), gen};
-  if (!out_.push(RecordType::PutShare, {reinterpret_cast<const uint8_t*>(&rec), sizeof rec}, {},
-                 0)) {
-    return;  // ring full: this one goes by plain cross-memory write
-  }
-  slot_gen_[k] = gen;
-  slot_busy_[k] = true;
-  op.slot = k;
-  if (out_.take_sleeper()) ring_peer(out_sock_.get());
-}
-
-void ShmEndpoint::advance_shared(PutOp& op, size_t& budget) {
-  PutSlot& ps = put_slots(out_seg_.base())[op.slot];
-  while (!op.claims_done && budget > 0) {
-    uint32_t i = ps.next.fetch_add(1, std::memory_order_relaxed);
-    if (i >= ps.chunks) {
-      op.claims_done = true;
-      break;
-    }
-    uint64_t off = uint64_t(i) * ps.chunk_bytes;
-    size_t n = static_cast<size_t>(std::min<uint64_t>(ps.chunk_bytes, op.length - off));
-    int err = xmem::cross_memory_write(pid_, op.src + off, op.dst_addr + off, n);
-    if (err != 0) {
-      t_.fail(*this, "shm: put of " + std::to_string(op.length) + " bytes to " + who() +
-                         " failed: process_vm_writev: " + std::strerror(err));
-      return;
-    }
-    if (ps.done.fetch_add(1, std::memory_order_acq_rel) + 1 == ps.chunks) op.finisher = true;
-    budget -= std::min(budget, n);
-  }
-}
-
-void ShmEndpoint::accept_share(std::span<const uint8_t> payload) {
-  PutShareRecord rec;
-  if (payload.size() != sizeof rec) {
-    t_.fail(*this, "shm: malformed shared-put record from " + who());
-    return;
-  }
-  std::memcpy(&rec, payload.data(), sizeof rec);
-  if (rec.slot >= kPutSlots) {
-    t_.fail(*this, "shm: shared put from " + who() + " names slot " + std::to_string(rec.slot));
-    return;
-  }
-  PutSlot& ps = put_slots(in_seg_.base())[rec.slot];
-  Helping h;
-  h.slot = rec.slot;
-  h.gen = rec.gen;
-  h.chunks = ps.chunks;
-  h.imm = ps.imm;
-  h.chunk_bytes = ps.chunk_bytes;
-  h.src = ps.src;
-  h.length = ps.length;
-  uint64_t region = ps.region, offset = ps.dst_offset;
-  auto range = t_.regions_->find(region);
-  bool ok = ps.gen == rec.gen && h.chunk_bytes > 0 && h.chunks > 0 &&
-            h.chunks == (h.length + h.chunk_bytes - 1) / h.chunk_bytes;
-  if (!ok || !range || offset > range->length || h.length > range->length - offset) {
-    t_.fail(*this, "shm: " + who() + " shares a put of " + std::to_string(h.length) +
-                       " bytes at offset " + std::to_string(offset) + " of region " +
-                       std::to_string(region) +
-                       (!ok     ? " with an inconsistent slot"
-                        : range ? " of " + std::to_string(range->length) + " bytes"
-                                : ", which is not registered here (deregistered?)"));
-    return;
-  }
-  h.dst = range->addr + offset;
-  helping_.push_back(h);
-}
-
-int ShmEndpoint::help(EventSink& sink) {
-  if (helping_.empty() || failed_) return 0;
-  Helping& h = helping_.front();
-  PutSlot& ps = put_slots(in_seg_.base())[h.slot];
-  size_t budget = t_.cfg_.put_chunk;
-  bool claims_done = !cma_;  // without CMA toward the peer we only watch
-  while (!claims_done && budget > 0) {
-    uint32_t i = ps.next.fetch_add(1, std::memory_order_relaxed);
-    if (i >= h.chunks) {
-      claims_done = true;
-      break;
-    }
-    uint64_t off = uint64_t(i) * h.chunk_bytes;
-    size_t n = static_cast<size_t>(std::min<uint64_t>(h.chunk_bytes, h.length - off));
-    int err = xmem::cross_memory_read(pid_, h.dst + off, h.src + off, n);
-    if (err != 0) {
-      t_.fail(*this, "shm: pulling " + std::to_string(n) + " bytes of a put from " + who() +
-                         " failed: process_vm_readv: " + std::strerror(err));
-      return 0;
-    }
-    if (ps.done.fetch_add(1, std::memory_order_acq_rel) + 1 == h.chunks) h.finisher = true;
-    budget -= std::min(budget, n);
-  }
-  if (!claims_done) return 0;  // more next time
-  uint32_t imm = h.imm;
-  bool finisher = h.finisher;
-  ps.seen.store(h.gen, std::memory_order_release);
-  helping_.pop_front();
-  if (!finisher) return 0;  // the sender completes it and sends PutNotify
-  sink.on_put_arrived(peer_, imm);
-  ring_peer(in_sock_.get());  // the sender waits for the last chunk
-  return 1;
 }
 
 }  // namespace tpcomm::transport::shm

@@ -31,7 +31,12 @@ struct PutOp {
   uint64_t dst_offset = 0;  ///< ring copy: offset in that region
   uint32_t imm = 0;
   bool notified = false;
-  int slot = -1;  ///< shared copy: the PutSlot both ends claim chunks from
+  int slot = -1;           ///< shared copy: the PutSlot both ends claim chunks from
+  bool staged = false;     ///< shared copy through the staging area (kShareStaged)
+  uint32_t taken = 0;      ///< staged: chunks staged or written so far (in order)
+  uint32_t filled = 0;     ///< staged: staging slots filled (the FIFO position)
+  uint32_t last_done = 0;  ///< staged: the receiver's `done` when it last moved
+  std::chrono::steady_clock::time_point done_moved{};  ///< staged: when it last moved
   bool claims_done = false;
   bool finisher = false;  ///< we completed the last chunk
 };
@@ -46,6 +51,9 @@ struct Helping {
   uint64_t src = 0;
   uint8_t* dst = nullptr;
   uint64_t length = 0;
+  bool staged = false;    ///< copied out of the sender's staging area (kShareStaged)
+  uint32_t drained = 0;   ///< staged: staging slots drained (the FIFO position)
+  bool stream = false;    ///< staged: copy out with streaming stores (a large put)
   bool finisher = false;  ///< we completed the last chunk (so we report the arrival)
 };
 
@@ -69,10 +77,23 @@ class ShmEndpoint final : public Endpoint {
   void advance_puts();
   /// Reads published records and reports them; returns the number of events.
   int poll_in(EventSink& sink);
+  /// A put slot free for a new shared put, or -1.
+  int free_slot() const;
+  /// Announces a shared put in slot `k` (fields filled) with `mode`; false when the ring is
+  /// full (then the put goes another way).
+  bool announce_share(PutOp& op, int k, uint32_t mode);
+  /// Starts a staged put when the staging area can be used and a slot is free; false leaves
+  /// the put to cross-memory copies or the ring.
+  bool try_stage(PutOp& op);
   /// Starts a shared-copy put when it qualifies and a slot is free (else plain CMA).
   void try_share(PutOp& op);
   /// Sender side of a shared-copy put: claims and writes chunks within `budget`.
   void advance_shared(PutOp& op, size_t& budget);
+  /// Sender side of a staged put: fills free staging slots within `budget`.
+  void advance_staged(PutOp& op, size_t& budget);
+  /// Receiver side of a staged put: drains filled staging slots within `budget`; true once
+  /// every chunk is in place (drained by us or written by the sender).
+  bool drain_staged(Helping& h, PutSlot& ps, size_t budget);
   /// Validates a PutShare record of the peer and queues it for helping.
   void accept_share(std::span<const uint8_t> payload);
   /// Receiver side: pulls chunks of the front shared put within one step's budget; reports
@@ -107,6 +128,11 @@ class ShmEndpoint final : public Endpoint {
   Segment in_seg_;
   RingConsumer in_;
   bool in_attached_ = false;
+
+  /// Whether our staging area toward the peer is claimed in /dev/shm (at the first staged
+  /// put), or could not be (then large puts go by cross-memory copies or the ring).
+  enum class Stage : uint8_t { Unclaimed, Ready, Unusable };
+  Stage stage_ = Stage::Unclaimed;
 
   std::deque<PutOp> puts_;
   uint32_t slot_gen_[kPutSlots] = {};  // last generation used per slot (0: never)

@@ -29,9 +29,19 @@ constexpr Param kShmParams[] = {
    "shm: bytes of each message ring (one per sender and receiver on a host); at least 64K, a "
    "multiple of 4K. The largest message is a quarter of it, capped at 16K.", "shm"},
   {"TPCOMM_SHM_SHARED_MIN", T::Size, "1M", "",
-   "shm: cross-memory puts of at least this many bytes are copied by both ends at once (the "
+   "shm: puts of at least this many bytes are copied by both ends at once: through the "
+   "staging area (TPCOMM_SHM_STAGE_SIZE), or, without one, by cross-memory copies (the "
    "receiver pulls chunks with process_vm_readv while the sender writes others); 0 leaves "
    "every copy to the sender.", "shm"},
+  {"TPCOMM_SHM_STAGE_CHUNK", T::Size, "1M", "",
+   "shm: bytes per slot of the staging area; a multiple of 4K, from a sixteenth to a half of "
+   "TPCOMM_SHM_STAGE_SIZE.", "shm"},
+  {"TPCOMM_SHM_STAGE_SIZE", T::Size, "4M", "",
+   "shm: staging area per sender and receiver for large puts (TPCOMM_SHM_SHARED_MIN and up): "
+   "the sender copies chunks in while the receiver copies them out, both at memcpy speed "
+   "(kernel cross-memory copies run at about half of it over 4 KiB pages). Claimed in "
+   "/dev/shm at the first such put to a peer; 0 keeps large puts to cross-memory copies.",
+   "shm"},
 };
 // clang-format on
 
@@ -55,6 +65,20 @@ Settings Settings::from_config() {
                       " is too small: use at least 4K (e.g. 4M)");
   }
   s.shared_min = config::get_size("TPCOMM_SHM_SHARED_MIN");
+  s.stage_chunk = config::get_size("TPCOMM_SHM_STAGE_CHUNK");
+  const size_t stage = config::get_size("TPCOMM_SHM_STAGE_SIZE");
+  s.stage_slots = 0;
+  if (stage > 0) {
+    if (s.stage_chunk < 4096 || s.stage_chunk % 4096 != 0 || stage < 2 * s.stage_chunk ||
+        stage > kMaxStageBytes || stage / s.stage_chunk > kMaxStageSlots) {
+      throw ConfigError(
+          "TPCOMM_SHM_STAGE_SIZE=" + config::get_string("TPCOMM_SHM_STAGE_SIZE") +
+          " with TPCOMM_SHM_STAGE_CHUNK=" + config::get_string("TPCOMM_SHM_STAGE_CHUNK") +
+          " is unusable: the chunk must be a multiple of 4K and the area 2 to 16 "
+          "chunks, at most 1G (e.g. 4M of 1M chunks), or 0 for none");
+    }
+    s.stage_slots = static_cast<uint32_t>(stage / s.stage_chunk);
+  }
   s.dir = config::get_string("TPCOMM_SHM_DIR");
   if (s.dir.empty()) s.dir = "/dev/shm";
   return s;

@@ -129,7 +129,9 @@ void ShmTransport::handle_hello(uint64_t id, Pending& p, const Control& c, int f
   } else if (!seg_fd.valid()) {
     why = "no ring segment came with the handshake";
   } else if (c.ring_bytes < 4096 || c.ring_bytes % kLine != 0 ||
-             c.segment_bytes != ring_segment_bytes(c.ring_bytes)) {
+             c.ring_bytes > (uint64_t{1} << 40) /* no overflow below */ ||
+             c.segment_bytes < ring_segment_bytes(c.ring_bytes) ||
+             c.segment_bytes - ring_segment_bytes(c.ring_bytes) > kMaxStageBytes) {
     why = "bad ring geometry (ring " + std::to_string(c.ring_bytes) + " bytes, segment " +
           std::to_string(c.segment_bytes) + ")";
   }
@@ -148,7 +150,9 @@ void ShmTransport::handle_hello(uint64_t id, Pending& p, const Control& c, int f
   std::string what =
       "the ring from rank " + std::to_string(src) + " (pid " + std::to_string(c.from.pid) + ")";
   try {
-    ep.in_seg_ = Segment::attach(seg_fd.release(), c.segment_bytes, what);
+    // The sender's staging area (after its ring) may still be a hole: not mapped in now.
+    ep.in_seg_ =
+        Segment::attach(seg_fd.release(), c.segment_bytes, what, ring_segment_bytes(c.ring_bytes));
     why = ep.in_.attach(ep.in_seg_.base(), ep.in_seg_.size(), src, ctx_.rank);
   } catch (const Error& e) {
     why = e.what();

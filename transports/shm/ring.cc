@@ -37,8 +37,8 @@ inline void demote(const void* line) {
 
 }  // namespace
 
-void RingProducer::init(uint8_t* base, size_t ring_bytes, uint64_t salt, int src_rank,
-                        int dst_rank) {
+void RingProducer::init(uint8_t* base, size_t ring_bytes, uint64_t salt, int src_rank, int dst_rank,
+                        size_t stage_chunk, uint32_t stage_slots) {
   ctl_ = reinterpret_cast<RingControl*>(base);
   data_ = base + kRingHeaderBytes;
   lines_ = ring_bytes / kLine;
@@ -51,6 +51,10 @@ void RingProducer::init(uint8_t* base, size_t ring_bytes, uint64_t salt, int src
   ctl_->salt = salt_;
   ctl_->src_rank = src_rank;
   ctl_->dst_rank = dst_rank;
+  stage_chunk_ = stage_slots > 0 ? stage_chunk : 0;
+  stage_slots_ = stage_chunk_ > 0 ? stage_slots : 0;
+  ctl_->stage_slots = stage_slots_;
+  ctl_->stage_chunk = stage_chunk_;
   ctl_->head.store(0, std::memory_order_relaxed);
   ctl_->consumer_sleeping.store(0, std::memory_order_relaxed);
   ctl_->producer_waiting.store(0, std::memory_order_relaxed);
@@ -128,10 +132,18 @@ std::string RingConsumer::attach(uint8_t* base, size_t segment_bytes, int src_ra
            std::to_string(kSegmentVersion);
   }
   uint64_t ring_bytes = ctl->ring_bytes;
+  const uint64_t chunk = ctl->stage_chunk, slots = ctl->stage_slots;
+  // Each factor is bounded before the product is formed.
+  const bool stage_ok = slots == 0 ? chunk == 0
+                                   : slots >= 2 && slots <= kMaxStageSlots && chunk >= 4096 &&
+                                         chunk % 4096 == 0 && chunk <= kMaxStageBytes &&
+                                         chunk * slots <= kMaxStageBytes;
   if (ctl->header_bytes != kRingHeaderBytes || ring_bytes % kLine != 0 || ring_bytes < 4096 ||
-      kRingHeaderBytes + ring_bytes != segment_bytes) {
+      ring_bytes > segment_bytes || !stage_ok ||
+      kRingHeaderBytes + ring_bytes + chunk * slots != segment_bytes) {
     return "ring geometry (header " + std::to_string(ctl->header_bytes) + ", ring " +
-           std::to_string(ring_bytes) + ") does not match the segment size " +
+           std::to_string(ring_bytes) + ", staging " + std::to_string(slots) + " x " +
+           std::to_string(chunk) + ") does not match the segment size " +
            std::to_string(segment_bytes);
   }
   if (ctl->src_rank != src_rank || ctl->dst_rank != dst_rank) {
@@ -144,6 +156,8 @@ std::string RingConsumer::attach(uint8_t* base, size_t segment_bytes, int src_ra
   lines_ = ring_bytes / kLine;
   salt_ = ctl->salt | (1ull << 63);
   max_payload_ = ring_max_payload(ring_bytes);
+  stage_chunk_ = chunk;
+  stage_slots_ = static_cast<uint32_t>(slots);
   head_ = published_ = ctl->head.load(std::memory_order_acquire);
   head_idx_ = head_ % lines_;
   pending_lines_ = 0;

@@ -26,7 +26,7 @@ inline constexpr size_t kLine = 64;
 /// The ring's data starts one page into the segment; the page before holds the header.
 inline constexpr size_t kRingHeaderBytes = 4096;
 inline constexpr uint64_t kSegmentMagic = 0x3130474e52485054ull;  // "TPHRNG01"
-inline constexpr uint32_t kSegmentVersion = 1;
+inline constexpr uint32_t kSegmentVersion = 2;  // 2: staging area, staged shared puts
 
 /// Record types.
 enum class RecordType : uint16_t {
@@ -64,10 +64,16 @@ struct PutDataRecord {
 };
 inline constexpr uint32_t kPutDataLast = 1;
 
-/// Payload of PutShare: which slot of the sender's segment describes the put.
+/// How the two ends of a shared put copy it.
+inline constexpr uint32_t kShareCross = 0;   ///< cross-memory chunks claimed by either end
+inline constexpr uint32_t kShareStaged = 1;  ///< through the staging area (see PutSlot)
+
+/// Payload of PutShare: which slot of the sender's segment describes the put, and how.
 struct PutShareRecord {
   uint32_t slot;
   uint32_t gen;
+  uint32_t mode;  ///< kShareCross or kShareStaged
+  uint32_t reserved;
 };
 
 /// A large cross-memory put that both ends copy at once: the sender writes chunks into the
@@ -76,6 +82,16 @@ struct PutShareRecord {
 /// copied, and whoever completes the last chunk reports the put (the receiver: arrival; the
 /// sender: a PutNotify). Slots live in the sender's header page; the sender reuses one only
 /// after the receiver stored its generation in `seen`.
+///
+/// A staged put (kShareStaged) goes through the staging area after the sender's ring: the
+/// sender takes the chunks in order and copies each into the next staging slot (a FIFO of
+/// stage_slots slots, each described by a StageSlot), and the receiver copies it out into the
+/// destination: two user-space copies that run at once on both cores, the middle one out of
+/// the shared cache, faster than a kernel copy over 4 KiB pages, and no cross-memory access
+/// needed. When the receiver stops draining (not scheduled, busy elsewhere) while the area is
+/// full, the sender writes chunks straight into the destination with process_vm_writev
+/// instead, so a put never waits for the receiver's CPU where cross-memory access works.
+/// `done` counts chunks in place (drained or written); `next` is unused.
 struct alignas(kLine) PutSlot {
   std::atomic<uint32_t> next;  // both: the next chunk to claim
   std::atomic<uint32_t> done;  // both: chunks copied
@@ -94,6 +110,21 @@ inline constexpr size_t kPutSlots = 32;
 inline constexpr size_t kPutSlotOffset = 512;
 static_assert(kPutSlotOffset + kPutSlots * sizeof(PutSlot) <= 4096);
 
+/// A staging slot's state: 0 when free, else the index + 1 of the chunk it holds. The sender
+/// stores it (release) after copying the chunk in; the receiver clears it (release) after
+/// copying the chunk out.
+struct alignas(kLine) StageSlot {
+  std::atomic<uint32_t> chunk;
+};
+inline constexpr size_t kMaxStageSlots = 16;
+inline constexpr size_t kStageSlotOffset = kPutSlotOffset + kPutSlots * sizeof(PutSlot);
+static_assert(kStageSlotOffset + kMaxStageSlots * sizeof(StageSlot) <= 4096);
+
+/// The staging slot states of a ring segment mapped at `base`.
+inline StageSlot* stage_slots(uint8_t* base) {
+  return reinterpret_cast<StageSlot*>(base + kStageSlotOffset);
+}
+
 /// The put slots of a ring segment mapped at `base`.
 inline PutSlot* put_slots(uint8_t* base) {
   return reinterpret_cast<PutSlot*>(base + kPutSlotOffset);
@@ -110,14 +141,21 @@ struct alignas(kLine) RingControl {
   uint64_t salt;
   int32_t src_rank;
   int32_t dst_rank;
-  alignas(kLine) std::atomic<uint64_t> head;               // receiver: lines consumed
+  uint32_t stage_slots;                       ///< staging slots after the ring (0: none)
+  uint64_t stage_chunk;                       ///< bytes per staging slot
+  alignas(kLine) std::atomic<uint64_t> head;  // receiver: lines consumed
   alignas(kLine) std::atomic<uint32_t> consumer_sleeping;  // receiver sets, sender clears
   alignas(kLine) std::atomic<uint32_t> producer_waiting;   // sender sets, receiver clears
 };
 static_assert(sizeof(RingControl) <= kPutSlotOffset);
 
-/// Segment bytes needed for a ring of `ring_bytes` data bytes.
-inline size_t ring_segment_bytes(size_t ring_bytes) { return kRingHeaderBytes + ring_bytes; }
+/// Segment bytes needed for a ring of `ring_bytes` data bytes followed by `stage_bytes` of
+/// staging area.
+inline size_t ring_segment_bytes(size_t ring_bytes, size_t stage_bytes = 0) {
+  return kRingHeaderBytes + ring_bytes + stage_bytes;
+}
+/// Largest staging area a segment may announce.
+inline constexpr size_t kMaxStageBytes = size_t{1} << 30;
 
 /// Largest payload a ring of `ring_bytes` accepts in one record (a quarter of it, so that
 /// several records are in flight).
@@ -127,8 +165,10 @@ inline size_t ring_max_payload(size_t ring_bytes) { return ring_bytes / 4 - kRec
 class RingProducer {
  public:
   RingProducer() = default;
-  /// Initialises the header of a fresh (zeroed) segment at `base`.
-  void init(uint8_t* base, size_t ring_bytes, uint64_t salt, int src_rank, int dst_rank);
+  /// Initialises the header of a fresh (zeroed) segment at `base`, whose ring is followed by
+  /// `stage_slots` staging slots of `stage_chunk` bytes (none when 0).
+  void init(uint8_t* base, size_t ring_bytes, uint64_t salt, int src_rank, int dst_rank,
+            size_t stage_chunk = 0, uint32_t stage_slots = 0);
 
   /// Copies `iov` (total `length` bytes, at most max_payload(), `prefix` first when not
   /// empty) into one record of `type` and publishes it. False when the ring has no room
@@ -152,6 +192,12 @@ class RingProducer {
   bool space_or_arm(size_t payload);
   size_t max_payload() const { return max_payload_; }
   RingControl* control() const { return ctl_; }
+  /// The staging area after the ring (null when the segment has none), its geometry, and
+  /// its offset in the segment.
+  uint8_t* stage() const { return stage_slots_ ? data_ + lines_ * kLine : nullptr; }
+  size_t stage_chunk() const { return stage_chunk_; }
+  uint32_t stage_slots() const { return stage_slots_; }
+  size_t stage_offset() const { return kRingHeaderBytes + lines_ * kLine; }
   /// Asks for the line of the next record in exclusive state, once per record position, so
   /// that a push soon after (a reply to the message just received) finds it owned instead of
   /// waiting for the receiver's copy to be invalidated first. A hint: no effect on contents.
@@ -178,6 +224,8 @@ class RingProducer {
   uint64_t cached_head_ = 0;  // receiver's head as last read
   uint64_t salt_ = 0;
   size_t max_payload_ = 0;
+  size_t stage_chunk_ = 0;
+  uint32_t stage_slots_ = 0;
 };
 
 /// Where the receiver's next record will appear, readable from any thread without the
@@ -209,8 +257,8 @@ struct RingRecord {
 class RingConsumer {
  public:
   RingConsumer() = default;
-  /// Checks the header written by the sender of a segment of `segment_bytes` at `base`.
-  /// Returns "" or what is wrong with it.
+  /// Checks the header written by the sender of a segment of `segment_bytes` at `base`
+  /// (ring, then the staging area it announces). Returns "" or what is wrong with it.
   std::string attach(uint8_t* base, size_t segment_bytes, int src_rank, int dst_rank);
 
   /// The next record, if one is published: 1 (in *out), 0 (none), -1 (malformed: *error says
@@ -232,6 +280,10 @@ class RingConsumer {
   /// Sets / clears the consumer_sleeping flag (arm() sets it, progress after a sleep clears).
   void set_sleeping(bool on);
   size_t max_payload() const { return max_payload_; }
+  /// The sender's staging area (null when it has none) and its geometry.
+  const uint8_t* stage() const { return stage_slots_ ? data_ + lines_ * kLine : nullptr; }
+  size_t stage_chunk() const { return stage_chunk_; }
+  uint32_t stage_slots() const { return stage_slots_; }
   /// Keeps `probe` (memory that outlives this consumer's use, or null) pointing at the read
   /// position from now on.
   void set_probe(RingProbe* probe) {
@@ -258,6 +310,8 @@ class RingConsumer {
   uint64_t pending_lines_ = 0;  // lines of the record returned by peek()
   uint64_t salt_ = 0;
   size_t max_payload_ = 0;
+  size_t stage_chunk_ = 0;
+  uint32_t stage_slots_ = 0;
 };
 
 }  // namespace tpcomm::transport::shm

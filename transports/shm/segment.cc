@@ -7,6 +7,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -96,9 +97,28 @@ Segment& Segment::operator=(Segment&& o) noexcept {
   return *this;
 }
 
-Segment Segment::create(size_t bytes, const std::string& dir, const std::string& what) {
+namespace {
+
+// Maps [0, bytes) of the file; the first `populate` bytes are faulted in at once.
+void* map_shared(int fd, size_t bytes, size_t populate) {
+  if (populate >= bytes) {
+    return ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  }
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) return p;
+  // Read faults map the pages already allocated; a hole is never touched.
+  const auto* b = static_cast<const volatile uint8_t*>(p);
+  for (size_t off = 0; off < populate; off += 4096) (void)b[off];
+  return p;
+}
+
+}  // namespace
+
+Segment Segment::create(size_t bytes, const std::string& dir, const std::string& what,
+                        size_t reserved) {
+  reserved = std::min(reserved, bytes);
   FsSpace sp = fs_space(dir);
-  if (sp.total > 0 && bytes > sp.free) throw TransportError(too_small(bytes, dir, what));
+  if (sp.total > 0 && reserved > sp.free) throw TransportError(too_small(reserved, dir, what));
   Segment s;
   s.fd_ = open_unnamed(dir, what);
   s.size_ = bytes;
@@ -112,16 +132,9 @@ Segment Segment::create(size_t bytes, const std::string& dir, const std::string&
   }
   // Reserve the pages now: tmpfs allocates lazily, and a full /dev/shm would otherwise
   // surface as SIGBUS on first touch.
-  int rc;
-  do {
-    rc = ::posix_fallocate(s.fd_, 0, static_cast<off_t>(bytes));
-  } while (rc == EINTR);
-  if (rc == ENOSPC || rc == ENOMEM) throw TransportError(too_small(bytes, dir, what));
-  if (rc != 0 && rc != EOPNOTSUPP && rc != EINVAL) {
-    throw TransportError("shm: cannot reserve " + format_bytes(bytes) + " for " + what + ": " +
-                         std::strerror(rc));
-  }
-  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, s.fd_, 0);
+  std::string why = s.reserve(0, reserved, dir, what);
+  if (!why.empty()) throw TransportError(why);
+  void* p = map_shared(s.fd_, bytes, reserved);
   if (p == MAP_FAILED) {
     throw TransportError("shm: cannot map " + format_bytes(bytes) + " for " + what + ": " +
                          std::strerror(errno));
@@ -131,7 +144,23 @@ Segment Segment::create(size_t bytes, const std::string& dir, const std::string&
   return s;
 }
 
-Segment Segment::attach(int fd, size_t bytes, const std::string& what) {
+std::string Segment::reserve(size_t offset, size_t length, const std::string& dir,
+                             const std::string& what) {
+  if (length == 0) return "";
+  if (fd_ < 0) return "shm: cannot reserve space for " + what + ": its descriptor is closed";
+  int rc;
+  do {
+    rc = ::posix_fallocate(fd_, static_cast<off_t>(offset), static_cast<off_t>(length));
+  } while (rc == EINTR);
+  if (rc == ENOSPC || rc == ENOMEM) return too_small(length, dir, what);
+  if (rc != 0 && rc != EOPNOTSUPP && rc != EINVAL) {
+    return "shm: cannot reserve " + format_bytes(length) + " for " + what + ": " +
+           std::strerror(rc);
+  }
+  return "";
+}
+
+Segment Segment::attach(int fd, size_t bytes, const std::string& what, size_t populate) {
   Segment s;
   s.fd_ = fd;
   struct stat st {};
@@ -142,7 +171,7 @@ Segment Segment::attach(int fd, size_t bytes, const std::string& what) {
     throw PeerError("shm: " + what + " is " + format_bytes(static_cast<uint64_t>(st.st_size)) +
                     " but its handshake announced " + format_bytes(bytes));
   }
-  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  void* p = map_shared(fd, bytes, populate);
   if (p == MAP_FAILED) {
     throw TransportError("shm: cannot map " + what + " (" + format_bytes(bytes) +
                          "): " + std::strerror(errno));

@@ -35,12 +35,21 @@ class Segment {
   /// Creates and maps a zero-filled segment of `bytes` in `dir`. Checks the free space of
   /// `dir` first and reserves the pages (fallocate), so that a /dev/shm too small fails
   /// here with a TransportError naming both sizes and `what` (e.g. "the ring to rank 3"),
-  /// not later with SIGBUS.
-  static Segment create(size_t bytes, const std::string& dir, const std::string& what);
+  /// not later with SIGBUS. Only the first `reserved` bytes (all when `reserved` >= `bytes`)
+  /// are reserved and mapped in now; the rest stays a hole until reserve() claims it.
+  static Segment create(size_t bytes, const std::string& dir, const std::string& what,
+                        size_t reserved = ~size_t{0});
 
   /// Maps a segment received from a peer; takes ownership of `fd` (closed after mapping).
-  /// Throws PeerError when its size is not `bytes`.
-  static Segment attach(int fd, size_t bytes, const std::string& what);
+  /// Throws PeerError when its size is not `bytes`. Only the first `populate` bytes are
+  /// mapped in at once (the rest may still be a hole: touching it first would allocate it).
+  static Segment attach(int fd, size_t bytes, const std::string& what,
+                        size_t populate = ~size_t{0});
+
+  /// Reserves the pages of [offset, offset + length) of a segment we created (before the
+  /// descriptor was closed). Returns "" or why not (a full /dev/shm, with both sizes).
+  std::string reserve(size_t offset, size_t length, const std::string& dir,
+                      const std::string& what);
 
   uint8_t* base() const { return base_; }
   size_t size() const { return size_; }

@@ -1,0 +1,261 @@
+// shm puts that both ends copy at once (PutSlot in ring.h): staged through the sender's
+// staging area (two user-space copies, one per core), or by cross-memory copies that either
+// end claims chunk by chunk.
+#include <algorithm>
+#include <cstring>
+
+#include "core/cross_memory.h"
+#include "core/log.h"
+#include "core/reduce.h"
+#include "core/stream_copy.h"
+#include "transports/shm/device.h"
+#include "transports/shm/endpoint.h"
+#include "transports/shm/memory_region.h"
+
+namespace tpcomm::transport::shm {
+
+int ShmEndpoint::free_slot() const {
+  const PutSlot* slots = put_slots(out_seg_.base());
+  for (size_t i = 0; i < kPutSlots; ++i) {
+    if (slot_busy_[i]) continue;
+    // Free once the receiver is finished with the slot's last put.
+    if (slot_gen_[i] == 0 || slots[i].seen.load(std::memory_order_acquire) == slot_gen_[i]) {
+      return static_cast<int>(i);
+    }
+  }
+  return -1;
+}
+
+bool ShmEndpoint::announce_share(PutOp& op, int k, uint32_t mode) {
+  PutSlot& ps = put_slots(out_seg_.base())[k];
+  uint32_t gen = next_gen_++;
+  if (next_gen_ == 0) next_gen_ = 1;
+  ps.next.store(0, std::memory_order_relaxed);
+  ps.done.store(0, std::memory_order_relaxed);
+  ps.gen = gen;
+  ps.imm = op.imm;
+  ps.region = op.region;
+  ps.dst_offset = op.dst_offset;
+  ps.length = op.length;
+  PutShareRecord rec{static_cast<uint32_t>(k), gen, mode, 0};
+  if (!out_.push(RecordType::PutShare, {reinterpret_cast<const uint8_t*>(&rec), sizeof rec}, {},
+                 0)) {
+    return false;
+  }
+  slot_gen_[k] = gen;
+  slot_busy_[k] = true;
+  op.slot = k;
+  if (out_.take_sleeper()) ring_peer(out_sock_.get());
+  return true;
+}
+
+bool ShmEndpoint::try_stage(PutOp& op) {
+  if (out_.stage_slots() == 0 || stage_ == Stage::Unusable) return false;
+  if (stage_ == Stage::Unclaimed) {
+    // The area was left a hole when the ring was made: claim it now, or fall back for good.
+    const size_t bytes = out_.stage_chunk() * out_.stage_slots();
+    std::string why = out_seg_.reserve(out_.stage_offset(), bytes, t_.cfg_.dir,
+                                       "the staging area toward " + who());
+    out_seg_.close_fd();
+    if (!why.empty()) {
+      stage_ = Stage::Unusable;
+      TPLOG(WARN, SHM) << why << "; large puts to " << who() << " go by "
+                       << (cma_ ? "cross-memory copies" : "copies through the ring");
+      return false;
+    }
+    stage_ = Stage::Ready;
+  }
+  const int k = free_slot();
+  if (k < 0) return false;
+  const uint64_t chunk = out_.stage_chunk();
+  const uint64_t chunks = (op.length + chunk - 1) / chunk;
+  if (chunks > UINT32_MAX / 2) return false;
+  PutSlot& ps = put_slots(out_seg_.base())[k];
+  ps.chunks = static_cast<uint32_t>(chunks);
+  ps.chunk_bytes = chunk;
+  ps.src = 0;  // the receiver never reads our memory
+  if (!announce_share(op, k, kShareStaged)) return false;
+  op.staged = true;
+  return true;
+}
+
+// How long the receiver may leave a full staging area undrained before the sender writes
+// chunks itself: about ten chunk copies. A receiver that runs drains a 1 MiB chunk in
+// ~100 us; one that is not scheduled leaves it for milliseconds.
+constexpr auto kStageStall = std::chrono::milliseconds(1);
+
+void ShmEndpoint::advance_staged(PutOp& op, size_t& budget) {
+  PutSlot& ps = put_slots(out_seg_.base())[op.slot];
+  StageSlot* slots = stage_slots(out_seg_.base());
+  const uint64_t chunk = ps.chunk_bytes;
+  const uint32_t nslots = out_.stage_slots();
+  while (op.taken < ps.chunks && budget > 0) {
+    const uint64_t off = uint64_t(op.taken) * chunk;
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(chunk, op.length - off));
+    const uint32_t s = op.filled % nslots;
+    if (slots[s].chunk.load(std::memory_order_acquire) == 0) {
+      std::memcpy(out_.stage() + size_t(s) * chunk, op.src + off, n);
+      slots[s].chunk.store(op.taken + 1, std::memory_order_release);
+      ++op.filled;
+    } else {
+      // The area is full: wait for the receiver while it drains, write straight into the
+      // destination once it has stopped for kStageStall.
+      const auto now = std::chrono::steady_clock::now();
+      const uint32_t done = ps.done.load(std::memory_order_acquire);
+      if (done != op.last_done || op.done_moved == std::chrono::steady_clock::time_point{}) {
+        op.last_done = done;
+        op.done_moved = now;
+      }
+      if (!cma_ || now - op.done_moved < kStageStall) break;
+      int err = xmem::cross_memory_write(pid_, op.src + off, op.dst_addr + off, n);
+      if (err != 0) {
+        t_.fail(*this, "shm: put of " + std::to_string(op.length) + " bytes to " + who() +
+                           " failed: process_vm_writev: " + std::strerror(err));
+        return;
+      }
+      if (ps.done.fetch_add(1, std::memory_order_acq_rel) + 1 == ps.chunks) op.finisher = true;
+    }
+    ++op.taken;
+    budget -= std::min(budget, n);
+  }
+  if (op.taken == ps.chunks) op.claims_done = true;
+}
+
+bool ShmEndpoint::drain_staged(Helping& h, PutSlot& ps, size_t budget) {
+  StageSlot* slots = stage_slots(in_seg_.base());
+  const uint8_t* stage = in_.stage();
+  const uint32_t nslots = in_.stage_slots();
+  while (budget > 0) {
+    const uint32_t s = h.drained % nslots;
+    const uint32_t c = slots[s].chunk.load(std::memory_order_acquire);
+    if (c == 0) break;  // not filled yet (or every chunk is in place)
+    if (c > h.chunks) {
+      t_.fail(*this, "shm: " + who() + " staged chunk " + std::to_string(c - 1) + " of a put of " +
+                         std::to_string(h.chunks) + " chunks");
+      return false;
+    }
+    const uint64_t off = uint64_t(c - 1) * h.chunk_bytes;
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(h.chunk_bytes, h.length - off));
+    copy_bytes(h.dst + off, stage + size_t(s) * h.chunk_bytes, n, h.stream);
+    slots[s].chunk.store(0, std::memory_order_release);
+    ++h.drained;
+    if (ps.done.fetch_add(1, std::memory_order_acq_rel) + 1 == h.chunks) h.finisher = true;
+    budget -= std::min(budget, n);
+  }
+  return ps.done.load(std::memory_order_acquire) >= h.chunks;
+}
+
+void ShmEndpoint::try_share(PutOp& op) {
+  const int k = free_slot();
+  if (k < 0) return;
+  // Chunks small enough that both ends get several, large enough to amortise the claims.
+  uint64_t chunk = std::clamp<uint64_t>(op.length / 16, 256 << 10, 4 << 20) & ~uint64_t(4095);
+  uint64_t chunks = (op.length + chunk - 1) / chunk;
+  if (chunks > UINT32_MAX / 2) return;
+  PutSlot& ps = put_slots(out_seg_.base())[k];
+  ps.chunks = static_cast<uint32_t>(chunks);
+  ps.chunk_bytes = chunk;
+  ps.src = reinterpret_cast<uint64_t>(op.src);
+  // A full ring leaves this one to a plain cross-memory write.
+  (void)announce_share(op, k, kShareCross);
+}
+
+void ShmEndpoint::advance_shared(PutOp& op, size_t& budget) {
+  PutSlot& ps = put_slots(out_seg_.base())[op.slot];
+  while (!op.claims_done && budget > 0) {
+    uint32_t i = ps.next.fetch_add(1, std::memory_order_relaxed);
+    if (i >= ps.chunks) {
+      op.claims_done = true;
+      break;
+    }
+    uint64_t off = uint64_t(i) * ps.chunk_bytes;
+    size_t n = static_cast<size_t>(std::min<uint64_t>(ps.chunk_bytes, op.length - off));
+    int err = xmem::cross_memory_write(pid_, op.src + off, op.dst_addr + off, n);
+    if (err != 0) {
+      t_.fail(*this, "shm: put of " + std::to_string(op.length) + " bytes to " + who() +
+                         " failed: process_vm_writev: " + std::strerror(err));
+      return;
+    }
+    if (ps.done.fetch_add(1, std::memory_order_acq_rel) + 1 == ps.chunks) op.finisher = true;
+    budget -= std::min(budget, n);
+  }
+}
+
+void ShmEndpoint::accept_share(std::span<const uint8_t> payload) {
+  PutShareRecord rec;
+  if (payload.size() != sizeof rec) {
+    t_.fail(*this, "shm: malformed shared-put record from " + who());
+    return;
+  }
+  std::memcpy(&rec, payload.data(), sizeof rec);
+  if (rec.slot >= kPutSlots || rec.mode > kShareStaged) {
+    t_.fail(*this, "shm: shared put from " + who() + " names slot " + std::to_string(rec.slot) +
+                       " in mode " + std::to_string(rec.mode));
+    return;
+  }
+  PutSlot& ps = put_slots(in_seg_.base())[rec.slot];
+  Helping h;
+  h.slot = rec.slot;
+  h.gen = rec.gen;
+  h.chunks = ps.chunks;
+  h.imm = ps.imm;
+  h.chunk_bytes = ps.chunk_bytes;
+  h.src = ps.src;
+  h.length = ps.length;
+  h.staged = rec.mode == kShareStaged;
+  // A large put's result leaves the caches (streaming stores), as a large reduction's does.
+  h.stream = h.staged && h.length >= kernels::nt_threshold();
+  uint64_t region = ps.region, offset = ps.dst_offset;
+  auto range = t_.regions_->find(region);
+  bool ok = ps.gen == rec.gen && h.chunk_bytes > 0 && h.chunks > 0 &&
+            h.chunks == (h.length + h.chunk_bytes - 1) / h.chunk_bytes &&
+            (!h.staged || (in_.stage_slots() > 0 && h.chunk_bytes == in_.stage_chunk()));
+  if (!ok || !range || offset > range->length || h.length > range->length - offset) {
+    t_.fail(*this, "shm: " + who() + " shares a put of " + std::to_string(h.length) +
+                       " bytes at offset " + std::to_string(offset) + " of region " +
+                       std::to_string(region) +
+                       (!ok     ? " with an inconsistent slot"
+                        : range ? " of " + std::to_string(range->length) + " bytes"
+                                : ", which is not registered here (deregistered?)"));
+    return;
+  }
+  h.dst = range->addr + offset;
+  helping_.push_back(h);
+}
+
+int ShmEndpoint::help(EventSink& sink) {
+  if (helping_.empty() || failed_) return 0;
+  Helping& h = helping_.front();
+  PutSlot& ps = put_slots(in_seg_.base())[h.slot];
+  size_t budget = t_.cfg_.put_chunk;
+  if (h.staged && !drain_staged(h, ps, budget)) return 0;  // more next time
+  bool claims_done = h.staged || !cma_;  // without CMA toward the peer we only watch
+  while (!claims_done && budget > 0) {
+    uint32_t i = ps.next.fetch_add(1, std::memory_order_relaxed);
+    if (i >= h.chunks) {
+      claims_done = true;
+      break;
+    }
+    uint64_t off = uint64_t(i) * h.chunk_bytes;
+    size_t n = static_cast<size_t>(std::min<uint64_t>(h.chunk_bytes, h.length - off));
+    int err = xmem::cross_memory_read(pid_, h.dst + off, h.src + off, n);
+    if (err != 0) {
+      t_.fail(*this, "shm: pulling " + std::to_string(n) + " bytes of a put from " + who() +
+                         " failed: process_vm_readv: " + std::strerror(err));
+      return 0;
+    }
+    if (ps.done.fetch_add(1, std::memory_order_acq_rel) + 1 == h.chunks) h.finisher = true;
+    budget -= std::min(budget, n);
+  }
+  if (!claims_done) return 0;  // more next time
+  uint32_t imm = h.imm;
+  bool finisher = h.finisher;
+  ps.seen.store(h.gen, std::memory_order_release);
+  helping_.pop_front();
+  if (!finisher) return 0;  // the sender completes it and sends PutNotify
+  sink.on_put_arrived(peer_, imm);
+  ring_peer(in_sock_.get());  // the sender waits for the last chunk
+  return 1;
+}
+
+}  // namespace tpcomm::transport::shm
