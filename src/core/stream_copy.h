@@ -8,7 +8,8 @@
 namespace tpcomm {
 
 /// Copies `bytes` from `src` to `dst` (non-overlapping). With `stream`, blocks of 4 KiB and
-/// more go through AVX2 streaming stores where the CPU has them (then an sfence, so the data
+/// more go through streaming stores (AVX-512 where the reduction kernels use it, else AVX2;
+/// then an sfence, so the data
 /// is visible to another process before a release store that follows); otherwise memcpy.
 void copy_bytes(void* dst, const void* src, size_t bytes, bool stream);
 
