@@ -128,11 +128,13 @@ std::string message_of(std::exception_ptr e) {
   }
 }
 
-// Runs one collective now (caller holds no lock).
-void execute(GroupState& g, CollState& cs, const char* op, const CollectiveOptions& o,
-             BodyRef body) {
+// Runs one collective now (caller holds no lock). `checked`: the caller has just checked
+// that the group is usable, with nothing in between (a blocking call that waited for no
+// queued call).
+void execute(GroupState& g, CollState& cs, const char* op, const CollectiveOptions& o, BodyRef body,
+             bool checked = false) {
   std::lock_guard<RunLock> run(cs.run_mu);
-  g.check_usable(op);
+  if (!checked) g.check_usable(op);
   if (!cs.broken.empty())
     throw AbortedError(std::string(op) + ": the collectives of group '" + g.info.name +
                        "' are unusable: " + cs.broken +
@@ -208,6 +210,7 @@ const std::shared_ptr<Work>& done_work() {
   return p;
 }
 
+// The caller has checked that `g` is usable.
 void blocking(GroupState& g, CollState& cs, const char* op, const CollectiveOptions& options,
               BodyRef body) {
   if (cs.async_used.load(std::memory_order_acquire)) {
@@ -215,8 +218,11 @@ void blocking(GroupState& g, CollState& cs, const char* op, const CollectiveOpti
     std::shared_ptr<CollQueue> q = cs.queue;
     std::unique_lock<std::mutex> lk(q->mu);
     q->cv.wait(lk, [&] { return q->tasks.empty() && !q->busy; });
+    lk.unlock();
+    execute(g, cs, op, options, body);  // checks again: the group may have gone meanwhile
+    return;
   }
-  execute(g, cs, op, options, body);
+  execute(g, cs, op, options, body, /*checked=*/true);
 }
 
 }  // namespace

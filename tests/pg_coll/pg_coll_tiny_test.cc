@@ -1,7 +1,8 @@
 // The tiniest all_reduce (a SUM of up to 16 bytes per rank, shm_direct's shared slots), which
 // runs without the Reducer's calls (allreduce_shm_tiny): bit-identical results in rank order
 // for every dtype it takes and each count around its limit, the other ops and dtypes of the
-// same sizes still right, and a mismatched tiny call still failing with MismatchError.
+// same sizes still right, a mismatched tiny call still failing with MismatchError, and a
+// destroyed group still refusing calls.
 #include <cstring>
 #include <limits>
 
@@ -116,6 +117,24 @@ TEST(PgCollTinyErrors, MismatchedCountsFailOnEveryRank) {
     EXPECT_NE(e.find("float32[2]"), std::string::npos) << e;
     EXPECT_NE(e.find("float32[3]"), std::string::npos) << e;
     pg->destroy();
+  });
+  EXPECT_RANKS_OK(r);
+}
+
+// The blocking path checks the group once before its call (coll_run.cc): a destroyed group
+// still refuses blocking and async calls with the message naming it.
+TEST(PgCollTinyErrors, DestroyedGroupRefusesCalls) {
+  auto r = run_ranks(2, [&](RankContext& ctx) {
+    auto pg = make_world(ctx, "shm", milliseconds(20000));
+    float v[2] = {1, 2};
+    pg->all_reduce(Tensor::of(v, 2));
+    pg->destroy();
+    std::string e = error_of<InvalidArgument>([&] { pg->all_reduce(Tensor::of(v, 2)); });
+    EXPECT_NE(e.find("was destroyed"), std::string::npos) << e;
+    CollectiveOptions async;
+    async.async_op = true;
+    e = error_of<InvalidArgument>([&] { pg->all_reduce(Tensor::of(v, 2), ReduceOp::SUM, async); });
+    EXPECT_NE(e.find("was destroyed"), std::string::npos) << e;
   });
   EXPECT_RANKS_OK(r);
 }

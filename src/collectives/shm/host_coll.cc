@@ -101,6 +101,10 @@ std::unique_ptr<HostColl> HostColl::create(Store& store, int rank, int size, Dea
   const size_t bytes = kStagingOffset + staging;
   std::unique_ptr<HostColl> hc(new HostColl());
   hc->segments_.resize(static_cast<size_t>(size));
+  for (int op = 0; op < kNumCollOps; ++op) {
+    std::span<const AlgoInfo> c = shm_catalogue(static_cast<CollOp>(op));
+    hc->algo_of_[op] = c.empty() ? &shm_catalogue(CollOp::Barrier)[0] : &c[0];
+  }
   hc->last_ = &shm_catalogue(CollOp::Barrier)[0];
   hc->rules_ = current_algo_rules();
   // A fresh key space per instance: every rank creates its n-th instance with the n-th value.
@@ -243,7 +247,10 @@ bool HostColl::begin(CollOp op, uint64_t bytes, const CommonOptions& options, De
                 ": this group's shared-memory collectives are unusable after an earlier timeout "
                 "(the ranks' steps no longer agree); recreate the group");
   }
-  if (!shm_selected(op, bytes, options, rules_)) return false;
+  // No algorithm named in the options or TPCOMM_ALGO: shm_direct runs (shm_selected's answer,
+  // without its call).
+  if ((!options.algorithm.empty() || !rules_.empty()) && !shm_selected(op, bytes, options, rules_))
+    return false;
   team_->set_deadline(dl);
   CallSig s;
   s.op = static_cast<uint8_t>(op);
@@ -252,7 +259,7 @@ bool HostColl::begin(CollOp op, uint64_t bytes, const CommonOptions& options, De
   s.root = root;
   s.redop = static_cast<uint8_t>(redop < 0 ? 0xff : redop);
   team_->begin_call(s);
-  last_ = &shm_catalogue(op)[0];
+  last_ = algo_of_[static_cast<int>(op)];
   return true;
 }
 

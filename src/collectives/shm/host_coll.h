@@ -74,7 +74,8 @@ class HostColl {
   std::unique_ptr<Team> team_;
   std::vector<AlgoRule> rules_;  // TPCOMM_ALGO as it was at create()
   const AlgoInfo* last_ = nullptr;
-  std::string single_copy_note_;  // "" when single-copy reads are on
+  const AlgoInfo* algo_of_[kNumCollOps] = {};  // shm_catalogue(op)[0], per CollOp
+  std::string single_copy_note_;               // "" when single-copy reads are on
 };
 
 }  // namespace tpcomm::coll::shm
