@@ -236,6 +236,80 @@ TEST_F(ShmProcessTest, KilledPeerIsReportedAndLeavesNothingBehind) {
   }
 }
 
+// A peer killed in the middle of a staged put (no cross-memory access, so the put needs both
+// ends): a surviving sender gets the put failed and the peer named; a surviving receiver,
+// which drained what was staged, is told too, and nothing waits forever.
+TEST_F(ShmProcessTest, PeerKilledDuringAStagedPutIsReported) {
+  set_env("TPCOMM_SHM_CMA", "0");
+  set_env("TPCOMM_SHM_STAGE_SIZE", "1M");
+  set_env("TPCOMM_SHM_STAGE_CHUNK", "256K");
+  const size_t kLen = 16 << 20;
+  for (bool parent_sends : {true, false}) {
+    SCOPED_TRACE(parent_sends ? "receiver killed" : "sender killed");
+    Pipe to_child, to_parent;
+    pid_t pid = spawn([&]() -> bool {
+      auto t = make_shm(1, 2);
+      Sink s;
+      std::vector<uint8_t> buf(kLen, 7);
+      auto mr = t->register_memory(buf.data(), buf.size(), Device::cpu());
+      RemoteKey key = mr->remote_key();
+      to_parent.write_blob(t->address());
+      to_parent.write_blob(
+          {reinterpret_cast<uint8_t*>(&key), reinterpret_cast<uint8_t*>(&key) + sizeof key});
+      auto addr = to_child.read_blob();
+      auto peer_key = to_child.read_blob();
+      if (addr.empty() || peer_key.size() != sizeof(RemoteKey)) return false;
+      Endpoint& ep = t->connect(0, addr, Clock::now() + 20s);
+      if (!wait_blocking(*t, s, [&] { return ep.ready(); })) return false;
+      if (!parent_sends) {
+        std::memcpy(&key, peer_key.data(), sizeof key);
+        // Fills the staging area in the post, then stops progressing.
+        while (ep.put(*mr, 0, key, 0, kLen, 9, 1) == PostStatus::NoResource) t->progress(s);
+      }
+      to_parent.write_blob({1});
+      ::pause();  // until killed: never drains, never fills again
+      return true;
+    });
+    auto t = make_shm(0, 2);
+    Sink s;
+    std::vector<uint8_t> buf(kLen, 3);
+    auto mr = t->register_memory(buf.data(), buf.size(), Device::cpu());
+    RemoteKey key = mr->remote_key();
+    auto addr = to_parent.read_blob();
+    auto child_key = to_parent.read_blob();
+    ASSERT_FALSE(addr.empty());
+    ASSERT_EQ(child_key.size(), sizeof(RemoteKey));
+    to_child.write_blob(t->address());
+    to_child.write_blob(
+        {reinterpret_cast<uint8_t*>(&key), reinterpret_cast<uint8_t*>(&key) + sizeof key});
+    Endpoint& ep = t->connect(1, addr, Clock::now() + 20s);
+    ASSERT_TRUE(wait_blocking(*t, s, [&] { return ep.ready(); }));
+    ASSERT_EQ(to_parent.read_blob(), std::vector<uint8_t>{1});
+    if (parent_sends) {
+      std::memcpy(&key, child_key.data(), sizeof key);
+      ASSERT_EQ(ep.put(*mr, 0, key, 0, kLen, 9, 1), PostStatus::Ok);
+    } else {
+      // What was staged arrives; the rest never comes.
+      ASSERT_TRUE(pump({{t.get(), &s}}, [&] { return buf[(1 << 20) - 1] == 7; }));
+    }
+    for (int i = 0; i < 50; ++i) t->progress(s);
+    EXPECT_TRUE(s.done.empty() && s.arrived.empty()) << "the put cannot complete";
+    ::kill(pid, SIGKILL);
+    int st = reap(pid);
+    EXPECT_TRUE(WIFSIGNALED(st));
+    ASSERT_TRUE(wait_blocking(
+        *t, s, [&] { return !s.errors.empty() && (!parent_sends || !s.done.empty()); }, 10s))
+        << "the survivor was not told";
+    const std::string& m = s.errors[0].second;
+    EXPECT_NE(m.find("rank 1"), std::string::npos) << m;
+    EXPECT_NE(m.find("pid " + std::to_string(pid)), std::string::npos) << m;
+    if (parent_sends) {
+      EXPECT_EQ(s.done[0], std::make_pair(uint64_t{1}, false)) << "the put fails";
+    }
+    EXPECT_TRUE(s.arrived.empty());
+  }
+}
+
 // The killed peer had forked a child that inherited its sockets (as a data-loader worker
 // would): the sockets stay open, yet the survivor is told, through the peer's pidfd.
 TEST_F(ShmProcessTest, KilledPeerIsReportedEvenWhenItsChildHoldsTheSockets) {
