@@ -168,7 +168,7 @@ void copy_mc(void* d, const void* s, size_t n) { std::memcpy(d, s, n); }
 const char* const kNames[] = {"read only",
                               "write only, streaming",
                               "write only, memset",
-                              "copy: copy_out (avx2 streaming)",
+                              "copy: copy_out (the library's)",
                               "copy: memcpy",
                               "copy: avx512 streaming",
                               "copy: avx512 streaming, 4 pages",
