@@ -139,6 +139,7 @@ void run_puts(bool cma, bool shared = false, const char* stage = "0") {
   set_env("TPCOMM_SHM_CMA", cma ? "1" : "0");
   set_env("TPCOMM_SHM_SHARED_MIN", shared ? "1M" : "0");
   set_env("TPCOMM_SHM_STAGE_SIZE", stage);
+  set_env("TPCOMM_SHM_STAGE_MIN", "1M");  // with CMA, staged from 1M (default 16M)
   auto a = make_shm(0, 2), b = make_shm(1, 2);
   EXPECT_EQ(a->capabilities().native_put, cma);
   Sink sa, sb;
@@ -211,6 +212,7 @@ TEST_F(ShmTransportTest, ManyPutsAndMessagesInterleaved) {
     set_env("TPCOMM_SHM_SHARED_MIN", m == "shared" || m == "staged" ? "64K" : "0");
     set_env("TPCOMM_SHM_STAGE_SIZE", m == "staged" ? "128K" : "0");
     set_env("TPCOMM_SHM_STAGE_CHUNK", "32K");
+    set_env("TPCOMM_SHM_STAGE_MIN", "0");
     set_env("TPCOMM_SHM_PUT_CHUNK", "64K");
     auto a = make_shm(0, 2), b = make_shm(1, 2);
     Sink sa, sb;
@@ -327,6 +329,7 @@ TEST_F(ShmTransportTest, StagedPutNeedsBothEndsAndReusesItsSlots) {
 // hold the sender up: after a stall the sender writes the remaining chunks straight into the
 // destination; the staged ones complete when the receiver drains them.
 TEST_F(ShmTransportTest, StagedPutGoesOnWhileTheReceiverStalls) {
+  set_env("TPCOMM_SHM_STAGE_MIN", "1M");
   set_env("TPCOMM_SHM_STAGE_SIZE", "256K");
   set_env("TPCOMM_SHM_STAGE_CHUNK", "64K");
   auto a = make_shm(0, 2), b = make_shm(1, 2);

@@ -36,6 +36,8 @@ struct Settings {
   /// Staging area per direction: slots x chunk bytes (no area when stage_slots is 0).
   size_t stage_chunk = 1 << 20;
   uint32_t stage_slots = 4;
+  /// With cross-memory access, puts below this size are not staged.
+  size_t stage_min = 16 << 20;
   std::string dir = "/dev/shm";
   /// Reads the registry; throws ConfigError for unusable values.
   static Settings from_config();

@@ -51,6 +51,9 @@ bool ShmEndpoint::announce_share(PutOp& op, int k, uint32_t mode) {
 
 bool ShmEndpoint::try_stage(PutOp& op) {
   if (out_.stage_slots() == 0 || stage_ == Stage::Unusable) return false;
+  // With cross-memory access, one kernel copy beats two user copies while the data fits in
+  // the caches: staging starts at TPCOMM_SHM_STAGE_MIN.
+  if (cma_ && op.length < t_.cfg_.stage_min) return false;
   if (stage_ == Stage::Unclaimed) {
     // The area was left a hole when the ring was made: claim it now, or fall back for good.
     const size_t bytes = out_.stage_chunk() * out_.stage_slots();
@@ -67,7 +70,10 @@ bool ShmEndpoint::try_stage(PutOp& op) {
   }
   const int k = free_slot();
   if (k < 0) return false;
-  const uint64_t chunk = out_.stage_chunk();
+  // Chunks of a sixteenth of the put, so that both copies overlap from the first chunks on,
+  // up to a whole staging slot.
+  const uint64_t chunk =
+      std::clamp<uint64_t>(op.length / 16 & ~uint64_t(4095), 64 << 10, out_.stage_chunk());
   const uint64_t chunks = (op.length + chunk - 1) / chunk;
   if (chunks > UINT32_MAX / 2) return false;
   PutSlot& ps = put_slots(out_seg_.base())[k];
@@ -209,7 +215,7 @@ void ShmEndpoint::accept_share(std::span<const uint8_t> payload) {
   auto range = t_.regions_->find(region);
   bool ok = ps.gen == rec.gen && h.chunk_bytes > 0 && h.chunks > 0 &&
             h.chunks == (h.length + h.chunk_bytes - 1) / h.chunk_bytes &&
-            (!h.staged || (in_.stage_slots() > 0 && h.chunk_bytes == in_.stage_chunk()));
+            (!h.staged || (in_.stage_slots() > 0 && h.chunk_bytes <= in_.stage_chunk()));
   if (!ok || !range || offset > range->length || h.length > range->length - offset) {
     t_.fail(*this, "shm: " + who() + " shares a put of " + std::to_string(h.length) +
                        " bytes at offset " + std::to_string(offset) + " of region " +
