@@ -16,6 +16,12 @@
 // --stream W: bandwidth only, measured like ucx_perftest's tag_bw (a sliding window of W
 // sends in flight, the receiver keeping W receives posted; a new one is posted as soon as the
 // oldest completes), so that the two compare like with like (bench/ucx_compare.sh).
+// --untouched-src: the send buffer is never written, so its reads map the kernel's shared zero
+// page (one physical page, always in the cache), as ucx_perftest's send buffers are over UCX's
+// tcp (ucp_mem_map ALLOCATE by mmap, never written by tag_bw): the sender's copy into the
+// socket then takes ~40% less CPU (bench/RESULTS.md, session 7). For comparisons only.
+// --msg-pct P: --stream also prints the P-th percentile and the median of the per-message time
+// (us, rank 0, between consecutive completions), comparable with ucx_perftest's -R column.
 #include <sched.h>
 #if defined(__x86_64__)
 #include <x86intrin.h>
@@ -54,6 +60,8 @@ struct Args {
   int lat_only = 0;      // > 0: latency only, in this many short samples (min and median)
   bool split = false;    // --lat-only: also time rank 1's send() call (TSC ticks)
   bool samples = false;  // --samples: print every latency sample (one-way us), not only the median
+  bool untouched_src = false;  // --untouched-src: the send buffer is never written (zero page)
+  double msg_pct = 0;          // --msg-pct P: --stream also prints the P-th percentile message time
 };
 
 // A buffer of `bytes` filled with `fill`, on huge pages with `thp` (tpbench's buffers: the
@@ -107,18 +115,28 @@ double memcpy_gbps(size_t bytes, bool thp) {
 
 // --stream: `count` messages through a sliding window of `window` (like ucx_perftest's
 // tag_bw); both sides wait for their oldest operation before posting the next. Returns GB/s
-// on rank 0 (after the receiver's ack), 0 on rank 1.
+// on rank 0 (after the receiver's ack), 0 on rank 1. With `gaps`, rank 0 appends the time
+// between consecutive completions (us): at window 1, each message's time.
 double stream_bw(ProcessGroup& pg, int rank, size_t bytes, int window, int count,
-                 const BenchBuffer& sbuf, const std::vector<std::unique_ptr<BenchBuffer>>& rbufs) {
+                 const BenchBuffer& sbuf, const std::vector<std::unique_ptr<BenchBuffer>>& rbufs,
+                 std::vector<double>* gaps = nullptr) {
   int peer = 1 - rank;
   int64_t ack = 0;
   pg.send(Tensor::of(&ack, 1), peer, 1);  // both sides: line up
   pg.recv(Tensor::of(&ack, 1), peer, 1);
   std::vector<std::shared_ptr<Work>> works(static_cast<size_t>(window));
   auto t0 = Clock::now();
+  auto last = t0;
   for (int i = 0; i < count; ++i) {
     auto& w = works[static_cast<size_t>(i % window)];
-    if (w) w->wait();
+    if (w) {
+      w->wait();
+      if (gaps != nullptr) {
+        auto now = Clock::now();
+        gaps->push_back(std::chrono::duration<double, std::micro>(now - last).count());
+        last = now;
+      }
+    }
     w = rank == 0
             ? pg.isend(Tensor::raw(sbuf.data(), static_cast<int64_t>(bytes), DType::UInt8), peer, 2)
             : pg.irecv(Tensor::raw(rbufs[static_cast<size_t>(i % window)]->data(),
@@ -142,7 +160,9 @@ void run_rank(int rank, const std::string& dir, const std::string& transport, co
   o.backend = transport;
   auto pg = ProcessGroup::create(store, rank, 2, o);
   int peer = 1 - rank;
-  auto buf = buffer(a.max, 1, a.thp), buf2 = buffer(a.max, 2, a.thp);
+  auto buf =
+      a.untouched_src ? std::make_unique<BenchBuffer>(a.max, a.thp) : buffer(a.max, 1, a.thp);
+  auto buf2 = buffer(a.max, 2, a.thp);
   int64_t ack = 0;
   std::vector<std::unique_ptr<BenchBuffer>> rbufs;
   if (rank == 0 && !a.csv) {
@@ -156,9 +176,18 @@ void run_rank(int rank, const std::string& dir, const std::string& transport, co
       // About 0.25 s of data at 4 GB/s per sample, at least 2 windows; median of 5 samples.
       int count = static_cast<int>(std::max<size_t>(2 * a.stream, (1ull << 30) / bytes));
       stream_bw(*pg, rank, bytes, a.stream, a.stream, *buf, rbufs);  // warm-up
-      std::vector<double> bw;
+      std::vector<double> bw, gaps;
       for (int s = 0; s < 5; ++s)
-        bw.push_back(stream_bw(*pg, rank, bytes, a.stream, count, *buf, rbufs));
+        bw.push_back(stream_bw(*pg, rank, bytes, a.stream, count, *buf, rbufs,
+                               a.msg_pct > 0 ? &gaps : nullptr));
+      if (rank == 0 && !gaps.empty()) {
+        // Per-message times are robust to a loaded machine at low percentiles: the messages
+        // that no other process interrupted (ucx_perftest's -R column is the same measure).
+        std::sort(gaps.begin(), gaps.end());
+        size_t k = std::min(gaps.size() - 1, static_cast<size_t>(a.msg_pct / 100 * gaps.size()));
+        std::printf("%s,%zu,msg_p%g_us,%.2f,msg_p50_us,%.2f\n", transport.c_str(), bytes, a.msg_pct,
+                    gaps[k], gaps[gaps.size() / 2]);
+      }
       if (rank == 0) {
         if (a.csv)
           std::printf("%s,%zu,,%.3f,\n", transport.c_str(), bytes, median(bw));
@@ -314,6 +343,10 @@ int main(int argc, char** argv) {
       a.stream = std::max(1, std::atoi(next().c_str()));
     } else if (s == "--samples") {
       a.samples = true;
+    } else if (s == "--msg-pct") {
+      a.msg_pct = std::atof(next().c_str());
+    } else if (s == "--untouched-src") {
+      a.untouched_src = true;
     } else if (s == "--split") {
       a.split = true;
     } else if (s == "--lat-only") {
@@ -321,7 +354,8 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: %s [--transport tcp|shm]... [--min 8] [--max 256M] [--csv] [--pin] "
-                   "[--stream WINDOW] [--thp] [--lat-only SAMPLES] [--samples] [--split]\n",
+                   "[--stream WINDOW] [--thp] [--lat-only SAMPLES] [--samples] [--split] "
+                   "[--untouched-src] [--msg-pct P]\n",
                    argv[0]);
       return 2;
     }

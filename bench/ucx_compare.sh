@@ -37,6 +37,18 @@
 # shared-memory runs mmap buffers (UCX_ALLOC_PRIO=mmap), whose reads map the zero page
 # (bench/RESULTS.md, session 6).
 #
+# SRC: what the senders read. tag_bw never writes its send buffer; over UCX's tcp that buffer is
+# an mmap (4 KiB pages, THP-advised from 2 MiB), so every read of it maps the kernel's shared
+# zero page, one physical page that stays in the cache: the sender's copy into the socket took
+# ~40% less CPU than from a written buffer (perf, 1 MiB: 53 against 84 us per message in
+# tpcomm's sender), though the receiver's copy paces the transfer and the bandwidth moved by a
+# few percent at most (bench/RESULTS.md, session 7). Over shm its sysv segment gets real pages.
+#   SRC=real (default): ucx_perftest runs with an LD_PRELOAD shim (built here with cc against
+#     UCX's headers) that fills every buffer ucp_mem_map ALLOCATE gives it, so both read real
+#     memory, as an application's sends do. Falls back to asis, with a note, if cc fails.
+#   SRC=zero: both read the zero page over tcp: p2p_bench gets --untouched-src there.
+#   SRC=asis: the comparison of sessions 4-6 (tag_bw's zero page against tpcomm's real data).
+#
 # PRIO=1 (default) runs every measured process in its own session with autogroup nice -20,
 # both sides alike, so that other jobs on a shared machine disturb the ratios less (needs
 # root; otherwise it runs at normal priority). PRIO=0 turns that off.
@@ -51,10 +63,40 @@ PUT=${PUT:-1}
 PT_REPS=${PT_REPS:-5}
 THP_MATCH=${THP_MATCH:-1}
 PIN=${PIN:-0}
+SRC=${SRC:-real}
 SIZES=${SIZES:-"1048576 4194304 16777216 67108864"}
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 command -v ucx_perftest >/dev/null || { echo "ucx_perftest not found (apt install ucx-utils)"; exit 1; }
+PT_ENV=()
+if [ "$SRC" = real ]; then
+  cat >"$OUT/touch.c" <<'EOC'
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <string.h>
+#include <ucp/api/ucp.h>
+/* ucp_mem_map, then a pattern written over what UCX allocated (ucx_compare.sh SRC=real). */
+ucs_status_t ucp_mem_map(ucp_context_h c, const ucp_mem_map_params_t *p, ucp_mem_h *m) {
+  static ucs_status_t (*real)(ucp_context_h, const ucp_mem_map_params_t *, ucp_mem_h *);
+  if (!real) real = (ucs_status_t (*)(ucp_context_h, const ucp_mem_map_params_t *,
+                                      ucp_mem_h *))dlsym(RTLD_NEXT, "ucp_mem_map");
+  ucs_status_t s = real(c, p, m);
+  if (s == UCS_OK && (p->field_mask & UCP_MEM_MAP_PARAM_FIELD_FLAGS) &&
+      (p->flags & UCP_MEM_MAP_ALLOCATE)) {
+    ucp_mem_attr_t a;
+    a.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
+    if (ucp_mem_query(*m, &a) == UCS_OK) memset(a.address, 0x5a, a.length);
+  }
+  return s;
+}
+EOC
+  if cc -O2 -shared -fPIC -o "$OUT/touch.so" "$OUT/touch.c" -ldl -lucp 2>"$OUT/cc.log"; then
+    PT_ENV=(LD_PRELOAD="$OUT/touch.so")
+  else
+    echo "note: cannot build the buffer-filling shim ($(head -1 "$OUT/cc.log")); SRC=asis"
+    SRC=asis
+  fi
+fi
 
 prio() {
   if [ "$PRIO" = 1 ]; then
@@ -71,11 +113,11 @@ perftest() {
     p=$((20000 + RANDOM % 40000))
     local cs=() cc=()
     [ "$PIN" = 1 ] && cs=(taskset -c 1) && cc=(taskset -c 0)
-    UCX_TLS=$1 prio "${cs[@]}" timeout 120 ucx_perftest -p "$p" >/dev/null 2>&1 &
+    UCX_TLS=$1 prio "${cs[@]}" timeout 120 env "${PT_ENV[@]}" ucx_perftest -p "$p" >/dev/null 2>&1 &
     local srv=$!
     sleep 0.5
-    line=$(UCX_TLS=$1 prio "${cc[@]}" timeout 120 ucx_perftest 127.0.0.1 -p "$p" -t "$2" -s "$3" -n "$4" \
-           -O "$5" -f 2>/dev/null | tail -1)
+    line=$(UCX_TLS=$1 prio "${cc[@]}" timeout 120 env "${PT_ENV[@]}" ucx_perftest 127.0.0.1 -p "$p" \
+           -t "$2" -s "$3" -n "$4" -O "$5" -f 2>/dev/null | tail -1)
     wait $srv 2>/dev/null
     set -- "$1" "$2" "$3" "$4" "$5" $line
     if [ $# -eq 13 ]; then
@@ -99,6 +141,7 @@ for round in $(seq "$ROUNDS"); do
           extra=()
           [ "$THP_MATCH" = 1 ] && [ "$tls" = tcp ] && [ "$s" -gt 1048576 ] && extra=(--thp)
           [ "$PIN" = 1 ] && extra+=(--pin)
+          [ "$SRC" = zero ] && [ "$tls" = tcp ] && extra+=(--untouched-src)
           prio env "${env[@]}" TPCOMM_UCX_TLS=$tls timeout 300 "$BUILD/bin/p2p_bench" \
             --transport ucx --min "$s" --max "$s" --stream "$w" "${extra[@]}" --csv 2>/dev/null |
             awk -F, -v t="$tls" -v w="$w" -v v="${v//,/+}" 'NR>1{print t","w","$2","$4","v}' \
@@ -131,6 +174,7 @@ stat() { # file tls window size best|median [variant] -> GB/s over rounds
 }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN{if (b+0>0 && a+0>0) printf "%.0f%%", 100*a/b; else print "n/a"}'; }
 echo "load: $(uptime)"
+echo "senders read: SRC=$SRC"
 echo
 echo "| UCX_TLS | window | size | tpcomm env | tpcomm ucx GB/s best (median) | tag_bw GB/s best (median) | tpcomm / tag_bw best (median) | ucp_put_bw GB/s |"
 echo "| --- | --- | --- | --- | --- | --- | --- | --- |"
