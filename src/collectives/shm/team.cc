@@ -303,15 +303,6 @@ void Team::wait_small_all(int p, uint64_t v, const char* what) {
   }
 }
 
-int Team::acquire_shared(const char* what) {
-  int p = next_shared_;
-  next_shared_ ^= 1;
-  for (int r = 0; r < size_; ++r) {
-    if (r != rank_) wait_peer(r, shared_release_[p], what);
-  }
-  return p;
-}
-
 uint64_t Team::post_shared(int p) {
   SharedSlot* s = shared(rank_, p);
   s->sig = shared_sig_;

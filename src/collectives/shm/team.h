@@ -181,7 +181,17 @@ class Team {
   /// Payload of rank `r`'s shared slot `p`.
   uint8_t* shared_payload(int r, int p) const { return shared(r, p)->payload; }
   /// Shared slot for the next message (alternates), free for writing.
-  int acquire_shared(const char* what);
+  int acquire_shared(const char* what) {
+    // Inline: on the path of every tiny collective; a peer not yet known past the slot's
+    // release step (rare) is waited for out of line.
+    const int p = next_shared_;
+    next_shared_ ^= 1;
+    const uint64_t need = shared_release_[p];
+    for (int r = 0; r < size_; ++r) {
+      if (r != rank_ && known_[static_cast<size_t>(r)] < need) wait_peer(r, need, what);
+    }
+    return p;
+  }
   /// Publishes the next phase in this rank's shared slot `p` (its payload written before).
   uint64_t post_shared(int p);
   /// Waits until every other rank has posted phase `v` in its shared slot `p`.
