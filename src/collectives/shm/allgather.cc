@@ -23,6 +23,10 @@ namespace tpcomm::coll::shm {
 namespace {
 constexpr const char* kOp = "all_gather";
 
+// PREFETCHW, a hint (a no-op on CPUs without it), in inline assembly: the _m_prefetchw
+// intrinsic is declared by gcc's <immintrin.h> but not by clang's, and CI builds both.
+inline void prefetch_write(const uint8_t* p) { asm volatile("prefetchw %0" : : "m"(*p)); }
+
 // 64-byte vectors where the reduction kernels run AVX-512 (TPCOMM_REDUCE_ISA limits both).
 bool use_avx512() { return kernels::active_isa() >= kernels::ReduceIsa::Avx512; }
 
@@ -39,8 +43,8 @@ __attribute__((target("avx512f,prfchw"))) void fused_avx512(const uint8_t* in, u
                                                             uint8_t* pout, size_t n) {
   for (size_t i = 0; i < n; i += 128) {
     if (i + 2048 < n) {
-      _m_prefetchw(stage + i + 2048);
-      _m_prefetchw(stage + i + 2048 + 64);
+      prefetch_write(stage + i + 2048);
+      prefetch_write(stage + i + 2048 + 64);
     }
     const __m512i a = _mm512_loadu_si512(in + i), b = _mm512_loadu_si512(in + i + 64);
     const __m512i c = _mm512_loadu_si512(peer + i), d = _mm512_loadu_si512(peer + i + 64);
@@ -60,7 +64,7 @@ __attribute__((target("avx2,prfchw"))) void fused_avx2(const uint8_t* in, uint8_
                                                        uint8_t* own, const uint8_t* peer,
                                                        uint8_t* pout, size_t n) {
   for (size_t i = 0; i < n; i += 64) {
-    if (i + 2048 < n) _m_prefetchw(stage + i + 2048);
+    if (i + 2048 < n) prefetch_write(stage + i + 2048);
     const auto* vi = reinterpret_cast<const __m256i*>(in + i);
     const auto* vp = reinterpret_cast<const __m256i*>(peer + i);
     const __m256i a = _mm256_loadu_si256(vi), b = _mm256_loadu_si256(vi + 1);
