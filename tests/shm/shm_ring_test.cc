@@ -292,14 +292,16 @@ TEST(ShmSegment, CreateAttachShare) {
 }
 
 // A segment whose tail (the staging area) is left a hole until it is claimed: creating and
-// attaching it allocates only the reserved head, reserve() allocates the tail, and what the
-// creator then writes there is what the attached side reads.
+// attaching it allocates only the reserved head, reserve() allocates the tail (by fallocate
+// while the creator holds the descriptor, through the mapping once it gave it away), and what
+// the creator then writes there is what the attached side reads.
 TEST(ShmSegment, TailStaysAHoleUntilReserved) {
   const size_t head = 64 << 10, tail = 4 << 20;
   Segment s = Segment::create(head + tail, "/dev/shm", "a test segment", head);
+  const int keep = ::dup(s.fd());  // to look at the file's allocation throughout
   auto allocated = [&] {
     struct stat st {};
-    EXPECT_EQ(::fstat(s.fd(), &st), 0);
+    EXPECT_EQ(::fstat(keep, &st), 0);
     return static_cast<size_t>(st.st_blocks) * 512;
   };
   EXPECT_LT(allocated(), head + tail / 2);
@@ -307,13 +309,17 @@ TEST(ShmSegment, TailStaysAHoleUntilReserved) {
   t.base()[10] = 1;  // the head is usable at once
   EXPECT_EQ(s.base()[10], 1);
   EXPECT_LT(allocated(), head + tail / 2) << "attaching must not allocate the tail";
-  EXPECT_EQ(s.reserve(head, tail, "/dev/shm", "the tail"), "");
+  EXPECT_EQ(s.reserve(head, tail / 2, "/dev/shm", "the tail"), "");
+  EXPECT_GE(allocated(), head + tail / 2);
+  EXPECT_LT(allocated(), head + tail);
+  s.close_fd();  // as after the handshake
+  EXPECT_EQ(s.reserve(head + tail / 2, tail / 2, "/dev/shm", "the tail"), "");
   EXPECT_GE(allocated(), head + tail);
   std::memset(s.base() + head, 0x5A, tail);
   EXPECT_EQ(t.base()[head + tail - 1], 0x5A);
-  s.close_fd();
-  EXPECT_NE(s.reserve(head, tail, "/dev/shm", "the tail").find("descriptor is closed"),
+  EXPECT_NE(s.reserve(head, 2 * tail, "/dev/shm", "the tail").find("outside the segment"),
             std::string::npos);
+  ::close(keep);
 }
 
 TEST(ShmSegment, MissingDirectoryIsNamed) {

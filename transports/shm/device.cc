@@ -258,9 +258,9 @@ void ShmTransport::try_connect(ShmEndpoint& ep) {
     fail(ep, "shm: cannot send the handshake to " + ep.who() + ": " + std::strerror(err));
     return;
   }
-  // The peer's copy travels in the socket; ours stays while the staging area may still
-  // have to be claimed (ShmEndpoint::try_stage).
-  if (ep.out_.stage_slots() == 0) ep.out_seg_.close_fd();
+  // The peer's copy travels in the socket. Ours goes now: a child this process forks would
+  // keep the file (and its /dev/shm space) alive through it.
+  ep.out_seg_.close_fd();
   ep.out_sock_ = std::move(sock);
   ep.out_state_ = ShmEndpoint::OutState::HelloSent;
   watch(ep.out_sock_.get(), kTagOut | static_cast<uint32_t>(ep.peer_));

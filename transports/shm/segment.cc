@@ -147,7 +147,21 @@ Segment Segment::create(size_t bytes, const std::string& dir, const std::string&
 std::string Segment::reserve(size_t offset, size_t length, const std::string& dir,
                              const std::string& what) {
   if (length == 0) return "";
-  if (fd_ < 0) return "shm: cannot reserve space for " + what + ": its descriptor is closed";
+  if (fd_ < 0) {
+    // The descriptor went to the peer (a child this process forks must not keep the file
+    // alive through it): fault the pages in through the mapping instead, which reports a full
+    // file system as an error rather than SIGBUS.
+    if (base_ == nullptr || offset > size_ || length > size_ - offset) {
+      return "shm: cannot reserve " + format_bytes(length) + " for " + what +
+             ": outside the segment";
+    }
+    if (::madvise(base_ + offset, length, MADV_POPULATE_WRITE) == 0) return "";
+    const int err = errno;
+    if (err == EFAULT || err == ENOMEM) return too_small(length, dir, what);
+    return "shm: cannot reserve " + format_bytes(length) + " for " + what +
+           ": madvise(MADV_POPULATE_WRITE): " + std::strerror(err) +
+           (err == EINVAL ? " (a kernel older than 5.14)" : "");
+  }
   int rc;
   do {
     rc = ::posix_fallocate(fd_, static_cast<off_t>(offset), static_cast<off_t>(length));

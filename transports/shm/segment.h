@@ -46,8 +46,9 @@ class Segment {
   static Segment attach(int fd, size_t bytes, const std::string& what,
                         size_t populate = ~size_t{0});
 
-  /// Reserves the pages of [offset, offset + length) of a segment we created (before the
-  /// descriptor was closed). Returns "" or why not (a full /dev/shm, with both sizes).
+  /// Reserves the pages of [offset, offset + length) of a segment we created: by fallocate
+  /// while we hold its descriptor, else by faulting them in through the mapping
+  /// (MADV_POPULATE_WRITE). Returns "" or why not (a full /dev/shm, with both sizes).
   std::string reserve(size_t offset, size_t length, const std::string& dir,
                       const std::string& what);
 

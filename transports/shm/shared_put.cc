@@ -59,7 +59,6 @@ bool ShmEndpoint::try_stage(PutOp& op) {
     const size_t bytes = out_.stage_chunk() * out_.stage_slots();
     std::string why = out_seg_.reserve(out_.stage_offset(), bytes, t_.cfg_.dir,
                                        "the staging area toward " + who());
-    out_seg_.close_fd();
     if (!why.empty()) {
       stage_ = Stage::Unusable;
       TPLOG(WARN, SHM) << why << "; large puts to " << who() << " go by "
