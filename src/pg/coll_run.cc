@@ -280,8 +280,7 @@ void run_blocking(GroupState& g, const char* op, const CollectiveOptions& option
 
 std::shared_ptr<Work> run_collective_now(GroupState& g, const char* op,
                                          const CollectiveOptions& options, BodyRef body) {
-  g.check_usable(op);
-  blocking(g, coll_state(g), op, options, body);
+  run_blocking(g, op, options, body);
   return done_work();
 }
 

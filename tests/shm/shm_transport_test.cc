@@ -282,6 +282,23 @@ TEST_F(ShmTransportTest, SharedPutFinishedByEitherEnd) {
   }
 }
 
+// Two connected transports (ranks 0 and 1) with a registered source of `len` pattern bytes on
+// rank 0 and a zeroed destination of as many on rank 1: the staged-put tests' set-up.
+struct PutPair {
+  std::unique_ptr<Transport> a = make_shm(0, 2), b = make_shm(1, 2);
+  Sink sa, sb;
+  Endpoint* ab = nullptr;
+  std::vector<uint8_t> src, dst;
+  std::unique_ptr<MemoryRegion> smr, dmr;
+
+  PutPair(size_t len, int seed) : src(len), dst(len, 0) {
+    ab = connect_pair(*a, sa, 0, *b, sb, 1).first;
+    for (size_t i = 0; i < len; ++i) src[i] = pattern(seed, i);
+    smr = a->register_memory(src.data(), src.size(), Device::cpu());
+    dmr = b->register_memory(dst.data(), dst.size(), Device::cpu());
+  }
+};
+
 // A staged put without cross-memory access needs both ends: the sender alone fills the
 // staging area and stops; the receiver alone drains what is there and waits for more; the put
 // completes (data in place at the arrival, then the sender's completion) only with both
@@ -291,15 +308,13 @@ TEST_F(ShmTransportTest, StagedPutNeedsBothEndsAndReusesItsSlots) {
   set_env("TPCOMM_SHM_PUT_CHUNK", "1M");
   set_env("TPCOMM_SHM_STAGE_SIZE", "256K");
   set_env("TPCOMM_SHM_STAGE_CHUNK", "64K");
-  auto a = make_shm(0, 2), b = make_shm(1, 2);
-  Sink sa, sb;
-  Endpoint *ab, *ba;
-  std::tie(ab, ba) = connect_pair(*a, sa, 0, *b, sb, 1);
   const size_t kLen = (4 << 20) + 5;
-  std::vector<uint8_t> src(kLen), dst(kLen, 0);
-  for (size_t i = 0; i < kLen; ++i) src[i] = pattern(6, i);
-  auto smr = a->register_memory(src.data(), src.size(), Device::cpu());
-  auto dmr = b->register_memory(dst.data(), dst.size(), Device::cpu());
+  PutPair p(kLen, 6);
+  auto &a = p.a, &b = p.b;  // (plain references: clang 14 cannot capture bindings)
+  Sink &sa = p.sa, &sb = p.sb;
+  Endpoint* ab = p.ab;
+  auto &src = p.src, &dst = p.dst;
+  auto &smr = p.smr, &dmr = p.dmr;
   ASSERT_EQ(ab->put(*smr, 0, dmr->remote_key(), 0, kLen, 42, 7), PostStatus::Ok);
   for (int i = 0; i < 20; ++i) a->progress(sa);
   for (int i = 0; i < 20; ++i) b->progress(sb);
@@ -332,15 +347,13 @@ TEST_F(ShmTransportTest, StagedPutGoesOnWhileTheReceiverStalls) {
   set_env("TPCOMM_SHM_STAGE_MIN", "1M");
   set_env("TPCOMM_SHM_STAGE_SIZE", "256K");
   set_env("TPCOMM_SHM_STAGE_CHUNK", "64K");
-  auto a = make_shm(0, 2), b = make_shm(1, 2);
-  Sink sa, sb;
-  Endpoint *ab, *ba;
-  std::tie(ab, ba) = connect_pair(*a, sa, 0, *b, sb, 1);
   const size_t kLen = (2 << 20) + 9;
-  std::vector<uint8_t> src(kLen), dst(kLen, 0);
-  for (size_t i = 0; i < kLen; ++i) src[i] = pattern(8, i);
-  auto smr = a->register_memory(src.data(), src.size(), Device::cpu());
-  auto dmr = b->register_memory(dst.data(), dst.size(), Device::cpu());
+  PutPair p(kLen, 8);
+  auto &a = p.a, &b = p.b;  // (plain references: clang 14 cannot capture bindings)
+  Sink &sa = p.sa, &sb = p.sb;
+  Endpoint* ab = p.ab;
+  auto &src = p.src, &dst = p.dst;
+  auto &smr = p.smr, &dmr = p.dmr;
   ASSERT_EQ(ab->put(*smr, 0, dmr->remote_key(), 0, kLen, 5, 6), PostStatus::Ok);
   const size_t staged = 256 << 10;  // the first four chunks fill the area
   ASSERT_TRUE(pump({{a.get(), &sa}}, [&] {

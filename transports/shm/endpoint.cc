@@ -107,6 +107,17 @@ PostStatus ShmEndpoint::put(const MemoryRegion& src, size_t src_offset, const Re
   return PostStatus::Ok;
 }
 
+bool ShmEndpoint::write_to_peer(const PutOp& op, const uint8_t* src, uint64_t dst, size_t n) {
+  int err = xmem::cross_memory_write(pid_, src, dst, n);
+  if (err == 0) return true;
+  t_.fail(*this, "shm: put of " + std::to_string(op.length) + " bytes to " + who() +
+                     " failed: process_vm_writev: " + std::strerror(err) +
+                     (err == ESRCH    ? " (the process is gone)"
+                      : err == EFAULT ? " (the destination is no longer mapped there)"
+                                      : ""));
+  return false;
+}
+
 void ShmEndpoint::advance_puts() {
   size_t budget = t_.cfg_.put_chunk;
   bool rang = false;
@@ -132,15 +143,7 @@ void ShmEndpoint::advance_puts() {
       if (budget == 0) break;
       if (cma_) {
         size_t n = std::min(op.remaining, budget);
-        int err = xmem::cross_memory_write(pid_, op.src, op.dst_addr, n);
-        if (err != 0) {
-          t_.fail(*this, "shm: put of " + std::to_string(op.length) + " bytes to " + who() +
-                             " failed: process_vm_writev: " + std::strerror(err) +
-                             (err == ESRCH    ? " (the process is gone)"
-                              : err == EFAULT ? " (the destination is no longer mapped there)"
-                                              : ""));
-          return;
-        }
+        if (!write_to_peer(op, op.src, op.dst_addr, n)) return;
         op.src += n;
         op.dst_addr += n;
         op.remaining -= n;

@@ -75,6 +75,9 @@ class ShmEndpoint final : public Endpoint {
 
   /// Advances queued puts by at most one step's budget; false when blocked on ring space.
   void advance_puts();
+  /// Writes `n` bytes of `op` from `src` to the peer's address `dst` (process_vm_writev);
+  /// false after failing the endpoint with the reason.
+  bool write_to_peer(const PutOp& op, const uint8_t* src, uint64_t dst, size_t n);
   /// Reads published records and reports them; returns the number of events.
   int poll_in(EventSink& sink);
   /// A put slot free for a new shared put, or -1.

@@ -112,12 +112,7 @@ void ShmEndpoint::advance_staged(PutOp& op, size_t& budget) {
         op.done_moved = now;
       }
       if (!cma_ || now - op.done_moved < kStageStall) break;
-      int err = xmem::cross_memory_write(pid_, op.src + off, op.dst_addr + off, n);
-      if (err != 0) {
-        t_.fail(*this, "shm: put of " + std::to_string(op.length) + " bytes to " + who() +
-                           " failed: process_vm_writev: " + std::strerror(err));
-        return;
-      }
+      if (!write_to_peer(op, op.src + off, op.dst_addr + off, n)) return;
       if (ps.done.fetch_add(1, std::memory_order_acq_rel) + 1 == ps.chunks) op.finisher = true;
     }
     ++op.taken;
@@ -175,12 +170,7 @@ void ShmEndpoint::advance_shared(PutOp& op, size_t& budget) {
     }
     uint64_t off = uint64_t(i) * ps.chunk_bytes;
     size_t n = static_cast<size_t>(std::min<uint64_t>(ps.chunk_bytes, op.length - off));
-    int err = xmem::cross_memory_write(pid_, op.src + off, op.dst_addr + off, n);
-    if (err != 0) {
-      t_.fail(*this, "shm: put of " + std::to_string(op.length) + " bytes to " + who() +
-                         " failed: process_vm_writev: " + std::strerror(err));
-      return;
-    }
+    if (!write_to_peer(op, op.src + off, op.dst_addr + off, n)) return;
     if (ps.done.fetch_add(1, std::memory_order_acq_rel) + 1 == ps.chunks) op.finisher = true;
     budget -= std::min(budget, n);
   }
