@@ -128,6 +128,42 @@ std::string message_of(std::exception_ptr e) {
   }
 }
 
+// What a call that throws leaves behind (called in its catch block): the flight recorder's
+// verdict, the group marked unusable when messages may still be in flight, and a lost member
+// told to the others.
+void on_call_failure(GroupState& g, CollState& cs, EngineComm& comm, bool clean_failure,
+                     uint64_t seq) {
+  comm.on_failure(std::current_exception());
+  if (comm.posted() > 0 && !clean_failure) {
+    cs.broken = comm.where() + " failed part-way (" + message_of(std::current_exception()) + ")";
+    TPLOG(WARN, COLL) << "group '" << g.info.name << "': " << cs.broken;
+  }
+  try {
+    std::rethrow_exception(std::current_exception());
+  } catch (const PeerError& e) {
+    // A member is lost: tell the others (those with no link to it would otherwise wait
+    // for their deadline). Best effort.
+    try {
+      g.store->set(lost_key(seq), "rank " + std::to_string(g.rank) + " reported: " + e.what());
+    } catch (const std::exception&) {
+    }
+  } catch (...) {
+  }
+}
+
+// Per call: the sequence number, the operation's code and the deadline (under the run lock).
+void next_call(GroupState& g, CollState& cs, const char* op, const CollectiveOptions& o) {
+  CollCall& call = cs.call;
+  call.seq = cs.seq++;
+  if (call.op != op) {  // a string literal: the same pointer on every call of an operation
+    call.op = op;
+    call.opcode = op_code(op);
+  }
+  auto timeout = o.timeout.count() > 0 ? o.timeout : g.timeout;
+  call.deadline = Deadline::after_coarse(timeout);
+  call.timeout = timeout;
+}
+
 // Runs one collective now (caller holds no lock). `checked`: the caller has just checked
 // that the group is usable, with nothing in between (a blocking call that waited for no
 // queued call).
@@ -154,42 +190,22 @@ void execute(GroupState& g, CollState& cs, const char* op, const CollectiveOptio
     call.check_signature = cs.check_signature;
   }
   // Per call: no allocation, no reference count (the latency of small collectives).
-  call.seq = cs.seq++;
+  next_call(g, cs, op, o);
   const uint64_t seq = call.seq;
-  if (call.op != op) {  // a string literal: the same pointer on every call of an operation
-    call.op = op;
-    call.opcode = op_code(op);
-  }
-  auto timeout = o.timeout.count() > 0 ? o.timeout : g.timeout;
-  call.deadline = Deadline::after_coarse(timeout);
-  call.timeout = timeout;
   EngineComm comm(call);
   CollContext ctx{comm, cs.host.get()};
   const char* algo = nullptr;
   try {
     algo = body(ctx);
   } catch (...) {
-    comm.on_failure(std::current_exception());
-    if (comm.posted() > 0 && !ctx.clean_failure) {
-      cs.broken = comm.where() + " failed part-way (" + message_of(std::current_exception()) + ")";
-      TPLOG(WARN, COLL) << "group '" << g.info.name << "': " << cs.broken;
-    }
-    try {
-      std::rethrow_exception(std::current_exception());
-    } catch (const PeerError& e) {
-      // A member is lost: tell the others (those with no link to it would otherwise wait
-      // for their deadline). Best effort.
-      try {
-        g.store->set(lost_key(seq), "rank " + std::to_string(g.rank) + " reported: " + e.what());
-      } catch (const std::exception&) {
-      }
-    } catch (...) {
-    }
+    on_call_failure(g, cs, comm, ctx.clean_failure, seq);
     throw;
   }
   comm.record_done(algo);
   cs.last_algorithm.store(algo, std::memory_order_release);
 }
+
+}  // namespace
 
 // The Work of a blocking collective that succeeded: immutable, shared by all such calls.
 class DoneWork : public Work {
@@ -209,6 +225,8 @@ const std::shared_ptr<Work>& done_work() {
   static const std::shared_ptr<Work> p(std::shared_ptr<Work>(), w);
   return p;
 }
+
+namespace {
 
 // The caller has checked that `g` is usable.
 void blocking(GroupState& g, CollState& cs, const char* op, const CollectiveOptions& options,
@@ -276,6 +294,42 @@ CollState& coll_state(GroupState& g) {
 void run_blocking(GroupState& g, const char* op, const CollectiveOptions& options, BodyRef body) {
   g.check_usable(op);
   blocking(g, coll_state(g), op, options, body);
+}
+
+const char* run_tiny_all_reduce(GroupState& g, const char* op, const Tensor& in, const Tensor& out,
+                                ReduceOp redop, const CollectiveOptions& o) {
+  // The caller's arguments first (nothing shared is read for a call that does not qualify).
+  if (o.async_op || !o.algorithm.empty() || in.data == nullptr || out.data == nullptr ||
+      out.numel != in.numel || out.dtype != in.dtype || in.device.type != DeviceType::CPU ||
+      out.device.type != DeviceType::CPU)
+    return nullptr;
+  CollState* cs = g.coll_ptr.load(std::memory_order_acquire);
+  // Queued async calls, a destroyed group, a non-member: the general path (it waits, or
+  // throws the error).
+  if (cs == nullptr || cs->async_used.load(std::memory_order_acquire) || g.rank < 0 ||
+      g.destroyed.load(std::memory_order_relaxed))
+    return nullptr;
+  cs->run_mu.lock();
+  coll::shm::HostColl* host = cs->hints_ready ? cs->host.get() : nullptr;
+  if (host == nullptr || !host->takes_tiny(in.dtype, in.numel, redop) || !cs->broken.empty() ||
+      (g.world && g.world->destroyed)) {
+    cs->run_mu.unlock();
+    return nullptr;
+  }
+  std::lock_guard<RunLock> run(cs->run_mu, std::adopt_lock);
+  next_call(g, *cs, op, o);
+  EngineComm comm(cs->call);
+  comm.sign(in.dtype, in.numel, -1, static_cast<int>(redop));
+  try {
+    host->all_reduce_tiny(in, out.data, redop, cs->call.deadline);
+  } catch (...) {
+    on_call_failure(g, *cs, comm, false, cs->call.seq);
+    throw;
+  }
+  const char* algo = host->last_algo().name;
+  comm.record_done(algo);
+  cs->last_algorithm.store(algo, std::memory_order_release);
+  return algo;
 }
 
 std::shared_ptr<Work> run_collective_now(GroupState& g, const char* op,

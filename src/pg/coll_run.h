@@ -127,6 +127,19 @@ std::shared_ptr<Work> run_collective(const std::shared_ptr<GroupState>& g, const
   return run_collective_async(g, op, options, CollBody(std::forward<F>(body)));
 }
 
+/// The Work every successful blocking collective returns (completed; no reference count).
+const std::shared_ptr<Work>& done_work();
+
+/// The fast lane of the 8-byte all_reduce of a training loop: a blocking SUM of a few bytes of
+/// float32, float64, int32 or int64 (HostColl::takes_tiny) with no algorithm named, on a group
+/// whose intra-host fast path is up and that has no async call queued. Runs it as collective
+/// `op` (a string literal, as run_blocking's) of `g` with the general path's bookkeeping
+/// (sequence number, deadline, flight recorder, failure handling) but none of its layers, and
+/// returns the algorithm's name; nullptr, having done nothing, for a call that does not
+/// qualify (run it the general way, which also reports bad arguments).
+const char* run_tiny_all_reduce(GroupState& g, const char* op, const Tensor& in, const Tensor& out,
+                                ReduceOp redop, const CollectiveOptions& o);
+
 /// The blocking form on a group the caller keeps alive (tpbench's binding); rethrows.
 void run_blocking(GroupState& g, const char* op, const CollectiveOptions& options, BodyRef body);
 

@@ -13,6 +13,10 @@ using detail::CollContext;
 
 namespace {
 
+// The operation's name as every all_reduce call passes it (one pointer: its code is looked up
+// once per change of operation).
+constexpr const char* kAllReduce = "all_reduce";
+
 coll::CommonOptions common(const CollectiveOptions& o) {
   coll::CommonOptions c;
   c.algorithm = o.algorithm;
@@ -46,12 +50,13 @@ std::shared_ptr<Work> ProcessGroup::all_reduce(const Tensor& tensor, ReduceOp op
   // Blocking: the body runs before returning and reads the arguments where they are (the
   // latency of small all_reduces); async: it keeps copies.
   if (!o.async_op) {
-    return detail::run_collective_now(*state_, "all_reduce", o, [&](CollContext& c) {
-      return all_reduce_body(c, tensor, op, o);
-    });
+    if (detail::run_tiny_all_reduce(*state_, kAllReduce, tensor, tensor, op, o))
+      return detail::done_work();
+    return detail::run_collective_now(
+        *state_, kAllReduce, o, [&](CollContext& c) { return all_reduce_body(c, tensor, op, o); });
   }
   return detail::run_collective_async(
-      state_, "all_reduce", o, [=](CollContext& c) { return all_reduce_body(c, tensor, op, o); });
+      state_, kAllReduce, o, [=](CollContext& c) { return all_reduce_body(c, tensor, op, o); });
 }
 
 std::shared_ptr<Work> ProcessGroup::reduce(const Tensor& tensor, int dst, ReduceOp op,

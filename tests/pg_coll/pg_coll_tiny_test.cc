@@ -1,10 +1,13 @@
 // The tiniest all_reduce (a SUM of up to 16 bytes per rank, shm_direct's shared slots), which
 // runs without the Reducer's calls (allreduce_shm_tiny): bit-identical results in rank order
 // for every dtype it takes and each count around its limit, the other ops and dtypes of the
-// same sizes still right, a mismatched tiny call still failing with MismatchError, and a
-// destroyed group still refusing calls.
+// same sizes still right, a mismatched tiny call still failing with MismatchError, a
+// destroyed group still refusing calls, and ProcessGroup::all_reduce's fast lane for these
+// calls in step with every other path, its timeouts reported as the general path's.
 #include <cstring>
+#include <fstream>
 #include <limits>
+#include <sstream>
 
 #include "pg_coll/pg_coll_util.h"
 
@@ -135,6 +138,95 @@ TEST(PgCollTinyErrors, DestroyedGroupRefusesCalls) {
     async.async_op = true;
     e = error_of<InvalidArgument>([&] { pg->all_reduce(Tensor::of(v, 2), ReduceOp::SUM, async); });
     EXPECT_NE(e.find("was destroyed"), std::string::npos) << e;
+  });
+  EXPECT_RANKS_OK(r);
+}
+
+// ProcessGroup::all_reduce's fast lane (coll_run.cc, run_tiny_all_reduce) keeps the group's
+// sequence numbers in step with the general path: tiny calls interleaved with message-passing
+// collectives (all_to_all, whose tags carry the sequence number), async calls (after which
+// blocking calls wait for the queue) and calls it declines (an algorithm named, another op,
+// larger tensors) all give the right results; bad arguments still get the general path's error.
+TEST_P(PgCollTiny, FastLaneInterleavesWithEveryOtherPath) {
+  const int n = GetParam();
+  auto r = run_ranks(n, [&](RankContext& ctx) {
+    auto pg = make_world(ctx, "shm", milliseconds(30000));
+    const float fn = static_cast<float>(n);
+    for (int rep = 0; rep < 4; ++rep) {
+      float t[2] = {1.0f, static_cast<float>(ctx.rank)};
+      pg->all_reduce(Tensor::of(t, 2));  // the fast lane
+      EXPECT_EQ(t[0], fn);
+      EXPECT_EQ(t[1], fn * (fn - 1) / 2);
+      EXPECT_EQ(last_algo(*pg), "shm_direct");
+      std::vector<int32_t> in(static_cast<size_t>(n)), out(static_cast<size_t>(n));
+      for (int j = 0; j < n; ++j) in[static_cast<size_t>(j)] = ctx.rank * 100 + j;
+      pg->all_to_all_single(Tensor::of(out), Tensor::of(in));  // message passing, seq tags
+      for (int j = 0; j < n; ++j) EXPECT_EQ(out[static_cast<size_t>(j)], j * 100 + ctx.rank);
+      int64_t c = ctx.rank + 1;
+      pg->all_reduce(Tensor::of(&c, 1));  // the fast lane again
+      EXPECT_EQ(c, n * (n + 1) / 2);
+      CollectiveOptions ring;
+      ring.algorithm = "ring";
+      double d[2] = {1.0, 2.0};
+      pg->all_reduce(Tensor::of(d, 2), ReduceOp::SUM, ring);  // declined: an algorithm named
+      EXPECT_EQ(d[1], 2.0 * n);
+      EXPECT_EQ(last_algo(*pg), "ring");
+      std::vector<float> big(1000, 1.0f);
+      pg->all_reduce(Tensor::of(big));  // declined: too large for the shared slots
+      EXPECT_EQ(big[999], fn);
+      CollectiveOptions async;
+      async.async_op = true;
+      float a[2] = {2.0f, 3.0f};
+      auto w = pg->all_reduce(Tensor::of(a, 2), ReduceOp::SUM, async);
+      float b[2] = {1.0f, 1.0f};
+      pg->all_reduce(Tensor::of(b, 2));  // after an async call: the general path, in order
+      EXPECT_TRUE(w->wait());
+      EXPECT_EQ(a[1], 3.0f * fn);
+      EXPECT_EQ(b[0], fn);
+    }
+    std::string e =
+        error_of<InvalidArgument>([&] { pg->all_reduce(Tensor::raw(nullptr, 2, DType::Float32)); });
+    EXPECT_NE(e.find("all_reduce"), std::string::npos) << e;
+    float t[2] = {1.0f, 1.0f};
+    pg->all_reduce(Tensor::of(t, 2));  // still usable: nothing was exchanged
+    EXPECT_EQ(t[0], fn);
+    pg->destroy();
+  });
+  EXPECT_RANKS_OK(r);
+}
+
+// A fast-lane call that times out: TimeoutError naming the call and the rank that did not
+// come, the call failed in the flight recorder's dump, and later calls refused (the ranks'
+// steps no longer agree).
+TEST(PgCollTinyErrors, FastLaneTimeoutIsRecordedAndLaterCallsRefused) {
+  auto r = run_ranks(2, [&](RankContext& ctx) {
+    const std::string dir = ctx.dir + "/fr";
+    setenv("TPCOMM_FLIGHT_RECORDER_DIR", dir.c_str(), 1);
+    config::reload();
+    auto pg = make_world(ctx, "shm", milliseconds(20000));
+    float v[2] = {1, 2};
+    pg->all_reduce(Tensor::of(v, 2));
+    if (ctx.rank == 1) {  // never calls the second one
+      ctx.store->wait({"done/0"}, std::chrono::seconds(60));
+      pg->destroy();
+      return;
+    }
+    CollectiveOptions quick;
+    quick.timeout = milliseconds(300);
+    std::string e =
+        error_of<TimeoutError>([&] { pg->all_reduce(Tensor::of(v, 2), ReduceOp::SUM, quick); });
+    EXPECT_NE(e.find("all_reduce"), std::string::npos) << e;
+    EXPECT_NE(e.find("rank 1"), std::string::npos) << e;
+    std::ifstream f(dir + "/rank0.trace");
+    std::stringstream text;
+    text << f.rdbuf();
+    EXPECT_NE(text.str().find("op seq=1 op=all_reduce dtype=float32 count=2"), std::string::npos)
+        << text.str();
+    EXPECT_NE(text.str().find("state=failed"), std::string::npos) << text.str();
+    e = error_of<Error>([&] { pg->all_reduce(Tensor::of(v, 2)); });
+    EXPECT_NE(e.find("unusable after an earlier timeout"), std::string::npos) << e;
+    ctx.store->set("done/0", "1");
+    pg->destroy();
   });
   EXPECT_RANKS_OK(r);
 }

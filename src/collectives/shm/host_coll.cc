@@ -107,6 +107,9 @@ std::unique_ptr<HostColl> HostColl::create(Store& store, int rank, int size, Dea
   }
   hc->last_ = &shm_catalogue(CollOp::Barrier)[0];
   hc->rules_ = current_algo_rules();
+  // The tiny all_reduce's fast lane skips shm_selected(): only where no rule could decline it.
+  hc->tiny_max_bytes_ =
+      hc->rules_.empty() && size > 1 && size <= kSharedMaxRanks ? kSharedBytes : 0;
   // A fresh key space per instance: every rank creates its n-th instance with the n-th value.
   const int64_t gen = store.add("shm_coll/gen/" + std::to_string(rank), 1);
   const std::string prefix = "shm_coll/" + std::to_string(gen) + "/";
@@ -239,14 +242,16 @@ HostColl::~HostColl() = default;
 int HostColl::rank() const { return team_->rank(); }
 int HostColl::size() const { return team_->size(); }
 
+void HostColl::throw_broken(CollOp op) const {
+  throw Error("shm_direct: " + std::string(coll_op_name(op)) + " on rank " +
+              std::to_string(team_->rank()) +
+              ": this group's shared-memory collectives are unusable after an earlier timeout "
+              "(the ranks' steps no longer agree); recreate the group");
+}
+
 bool HostColl::begin(CollOp op, uint64_t bytes, const CommonOptions& options, Deadline dl,
                      const Tensor& t, int root, int redop) {
-  if (team_->broken()) {
-    throw Error("shm_direct: " + std::string(coll_op_name(op)) + " on rank " +
-                std::to_string(team_->rank()) +
-                ": this group's shared-memory collectives are unusable after an earlier timeout "
-                "(the ranks' steps no longer agree); recreate the group");
-  }
+  if (team_->broken()) throw_broken(op);
   // No algorithm named in the options or TPCOMM_ALGO: shm_direct runs (shm_selected's answer,
   // without its call).
   if ((!options.algorithm.empty() || !rules_.empty()) && !shm_selected(op, bytes, options, rules_))
@@ -280,6 +285,21 @@ bool HostColl::all_reduce(const AllReduceArgs& a, Deadline dl) {
   }
   allreduce_shm(*team_, a.input.data, a.output.data, count, red);
   return true;
+}
+
+void HostColl::all_reduce_tiny(const Tensor& in, void* out, ReduceOp op, Deadline dl) {
+  // begin() for a call that needs no selection, then allreduce_shm_tiny().
+  if (team_->broken()) throw_broken(CollOp::AllReduce);
+  team_->set_deadline(dl);
+  CallSig s;
+  s.op = static_cast<uint8_t>(CollOp::AllReduce);
+  s.dtype = static_cast<uint8_t>(in.dtype);
+  s.count = static_cast<uint64_t>(in.numel);
+  s.root = -1;
+  s.redop = static_cast<uint8_t>(op);
+  team_->begin_call(s);
+  last_ = algo_of_[static_cast<int>(CollOp::AllReduce)];
+  allreduce_shm_tiny(*team_, in.data, out, static_cast<size_t>(in.numel), in.dtype, op);
 }
 
 bool HostColl::broadcast(const BroadcastArgs& a, Deadline dl) {

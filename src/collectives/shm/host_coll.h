@@ -52,6 +52,32 @@ class HostColl {
   bool reduce(const ReduceArgs& args, Deadline dl);
   bool barrier(Deadline dl);
 
+  /// The 8-byte all_reduce of a training loop (its loss or a counter): whether all_reduce_tiny()
+  /// takes a SUM of `numel` elements of `dtype`, a few bytes of float32, float64, int32 or
+  /// int64 per rank, with no algorithm named in TPCOMM_ALGO. Inline: the process group's fast
+  /// lane asks before it starts the call.
+  bool takes_tiny(DType dtype, int64_t numel, ReduceOp op) const {
+    if (op != ReduceOp::SUM || numel <= 0) return false;
+    size_t es;
+    switch (dtype) {
+      case DType::Float32:
+      case DType::Int32:
+        es = 4;
+        break;
+      case DType::Float64:
+      case DType::Int64:
+        es = 8;
+        break;
+      default:
+        return false;
+    }
+    return static_cast<uint64_t>(numel) * es <= tiny_max_bytes_;
+  }
+  /// all_reduce() of a call takes_tiny() accepted (validated arguments, `out` has `in`'s
+  /// element count and dtype, no options): the same steps and bits, without the general
+  /// call's work. Throws as all_reduce() does.
+  void all_reduce_tiny(const Tensor& in, void* out, ReduceOp op, Deadline dl);
+
   /// Whether large broadcast and all_gather read straight from their owners' tensors (single
   /// copy, TPCOMM_SHM_COLL_CMA); when not, why (the first refusal, e.g. a seccomp profile or
   /// ptrace rules refusing process_vm_readv), logged once at creation.
@@ -69,6 +95,8 @@ class HostColl {
   // tensor whose dtype and element count every rank must agree on; root and reduce op or -1).
   bool begin(CollOp op, uint64_t bytes, const CommonOptions& options, Deadline dl, const Tensor& t,
              int root, int redop);
+  // The Error of a call after a timeout left the ranks' steps apart.
+  [[noreturn]] void throw_broken(CollOp op) const;
 
   std::vector<MappedSegment> segments_;
   std::unique_ptr<Team> team_;
@@ -76,6 +104,7 @@ class HostColl {
   const AlgoInfo* last_ = nullptr;
   const AlgoInfo* algo_of_[kNumCollOps] = {};  // shm_catalogue(op)[0], per CollOp
   std::string single_copy_note_;               // "" when single-copy reads are on
+  uint64_t tiny_max_bytes_ = 0;  // takes_tiny()'s bound: 0 when TPCOMM_ALGO names algorithms
 };
 
 }  // namespace tpcomm::coll::shm
