@@ -20,6 +20,7 @@
 // page (one physical page, always in the cache), as ucx_perftest's send buffers are over UCX's
 // tcp (ucp_mem_map ALLOCATE by mmap, never written by tag_bw): the sender's copy into the
 // socket then takes ~40% less CPU (bench/RESULTS.md, session 7). For comparisons only.
+// --bw-only: bandwidth only (the default mode's window, without the ping-pong; lat_us is 0).
 // --msg-pct P: --stream also prints the P-th percentile and the median of the per-message time
 // (us, rank 0, between consecutive completions), comparable with ucx_perftest's -R column.
 #include <sched.h>
@@ -62,6 +63,7 @@ struct Args {
   bool samples = false;  // --samples: print every latency sample (one-way us), not only the median
   bool untouched_src = false;  // --untouched-src: the send buffer is never written (zero page)
   double msg_pct = 0;          // --msg-pct P: --stream also prints the P-th percentile message time
+  bool bw_only = false;        // --bw-only: skip the ping-pong (lat_us prints 0)
 };
 
 // A buffer of `bytes` filled with `fill`, on huge pages with `thp` (tpbench's buffers: the
@@ -261,7 +263,7 @@ void run_rank(int rank, const std::string& dir, const std::string& transport, co
     int iters = bytes <= 65536 ? 2000 : bytes <= (4u << 20) ? 100 : 5;
     int warm = bytes <= 65536 ? 5 : 1;
     std::vector<double> rtt;
-    for (int s = -warm; s < 7; ++s) {
+    for (int s = a.bw_only ? 7 : -warm; s < 7; ++s) {
       auto t0 = Clock::now();
       for (int i = 0; i < iters; ++i) {
         if (rank == 0) {
@@ -275,7 +277,7 @@ void run_rank(int rank, const std::string& dir, const std::string& transport, co
       if (s >= 0)
         rtt.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / iters);
     }
-    double lat = median(rtt) / 2;
+    double lat = rtt.empty() ? 0.0 : median(rtt) / 2;
     if (rank == 0 && a.samples) {
       std::printf("%s latency samples (one-way us):", human(bytes).c_str());
       for (double v : rtt) std::printf(" %.3f", v / 2);
@@ -347,6 +349,8 @@ int main(int argc, char** argv) {
       a.msg_pct = std::atof(next().c_str());
     } else if (s == "--untouched-src") {
       a.untouched_src = true;
+    } else if (s == "--bw-only") {
+      a.bw_only = true;
     } else if (s == "--split") {
       a.split = true;
     } else if (s == "--lat-only") {
@@ -355,7 +359,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: %s [--transport tcp|shm]... [--min 8] [--max 256M] [--csv] [--pin] "
                    "[--stream WINDOW] [--thp] [--lat-only SAMPLES] [--samples] [--split] "
-                   "[--untouched-src] [--msg-pct P]\n",
+                   "[--untouched-src] [--msg-pct P] [--bw-only]\n",
                    argv[0]);
       return 2;
     }

@@ -81,7 +81,7 @@ class ShmTest : public ::testing::Test {
     for (const char* v :
          {"TPCOMM_SHM_RING_SIZE", "TPCOMM_SHM_CMA", "TPCOMM_SHM_DIR", "TPCOMM_SHM_PUT_CHUNK",
           "TPCOMM_SHM_SHARED_MIN", "TPCOMM_SHM_STAGE_SIZE", "TPCOMM_SHM_STAGE_CHUNK",
-          "TPCOMM_SHM_STAGE_MIN", "TPCOMM_DEBUG", "TPCOMM_DEBUG_FILE", "TPCOMM_DEBUG_SUBSYS"}) {
+          "TPCOMM_SHM_STAGE_MIN", "TPCOMM_SHM_STAGE_PULL", "TPCOMM_DEBUG", "TPCOMM_DEBUG_FILE", "TPCOMM_DEBUG_SUBSYS"}) {
       ::unsetenv(v);
     }
     config::reload();

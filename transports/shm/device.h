@@ -38,6 +38,9 @@ struct Settings {
   uint32_t stage_slots = 4;
   /// With cross-memory access, puts below this size are not staged.
   size_t stage_min = 16 << 20;
+  /// With cross-memory access, bytes a receiver pulls from a staged put's end per claim when
+  /// no chunk is staged (0: it only drains).
+  size_t stage_pull = 256 << 10;
   std::string dir = "/dev/shm";
   /// Reads the registry; throws ConfigError for unusable values.
   static Settings from_config();

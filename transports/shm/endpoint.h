@@ -31,12 +31,12 @@ struct PutOp {
   uint64_t dst_offset = 0;  ///< ring copy: offset in that region
   uint32_t imm = 0;
   bool notified = false;
-  int slot = -1;           ///< shared copy: the PutSlot both ends claim chunks from
-  bool staged = false;     ///< shared copy through the staging area (kShareStaged)
-  uint32_t taken = 0;      ///< staged: chunks staged or written so far (in order)
-  uint32_t filled = 0;     ///< staged: staging slots filled (the FIFO position)
-  uint32_t last_done = 0;  ///< staged: the receiver's `done` when it last moved
-  std::chrono::steady_clock::time_point done_moved{};  ///< staged: when it last moved
+  int slot = -1;             ///< shared copy: the PutSlot both ends claim chunks from
+  bool staged = false;       ///< shared copy through the staging area (kShareStaged)
+  uint32_t filled = 0;       ///< staged: staging slots filled (the FIFO position)
+  uint32_t own_pages = 0;    ///< staged: pages we wrote by cross-memory copies (not drained)
+  uint32_t last_theirs = 0;  ///< staged: the receiver's pages in place when it last moved
+  std::chrono::steady_clock::time_point theirs_moved{};  ///< staged: when it last moved
   bool claims_done = false;
   bool finisher = false;  ///< we completed the last chunk
 };
@@ -53,6 +53,7 @@ struct Helping {
   uint64_t length = 0;
   bool staged = false;    ///< copied out of the sender's staging area (kShareStaged)
   uint32_t drained = 0;   ///< staged: staging slots drained (the FIFO position)
+  uint32_t pull = 0;      ///< staged: pages to pull per claim when nothing is staged (0: never)
   bool stream = false;    ///< staged: copy out with streaming stores (a large put)
   bool finisher = false;  ///< we completed the last chunk (so we report the arrival)
 };
@@ -94,8 +95,9 @@ class ShmEndpoint final : public Endpoint {
   void advance_shared(PutOp& op, size_t& budget);
   /// Sender side of a staged put: fills free staging slots within `budget`.
   void advance_staged(PutOp& op, size_t& budget);
-  /// Receiver side of a staged put: drains filled staging slots within `budget`; true once
-  /// every chunk is in place (drained by us or written by the sender).
+  /// Receiver side of a staged put: drains filled staging slots within `budget`, and pulls
+  /// pages from the put's end while none is staged (h.pull); true once every page is in place
+  /// (drained or pulled by us, or written by the sender).
   bool drain_staged(Helping& h, PutSlot& ps, size_t budget);
   /// Validates a PutShare record of the peer and queues it for helping.
   void accept_share(std::span<const uint8_t> payload);

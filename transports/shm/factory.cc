@@ -41,6 +41,11 @@ constexpr Param kShmParams[] = {
    "staging area and smaller ones by cross-memory copies, which are faster while the data "
    "fits in the caches (1-8 MiB: 10-18 GB/s against 6-11 staged here). Without cross-memory "
    "access every put of TPCOMM_SHM_SHARED_MIN and more is staged.", "shm"},
+  {"TPCOMM_SHM_STAGE_PULL", T::Size, "256K", "",
+   "shm: where cross-memory access works, a receiver of a staged put that finds no chunk "
+   "staged pulls this many bytes from the put's end itself (process_vm_readv) instead of "
+   "waiting, while the sender, whose copy is the slower one, stages the front; a multiple of "
+   "4K, 0 to only drain.", "shm"},
   {"TPCOMM_SHM_STAGE_SIZE", T::Size, "4M", "",
    "shm: staging area per sender and receiver for large puts (TPCOMM_SHM_STAGE_MIN and up): "
    "the sender copies chunks in while the receiver copies them out, both at memcpy speed "
@@ -72,6 +77,11 @@ Settings Settings::from_config() {
   s.shared_min = config::get_size("TPCOMM_SHM_SHARED_MIN");
   s.stage_chunk = config::get_size("TPCOMM_SHM_STAGE_CHUNK");
   s.stage_min = config::get_size("TPCOMM_SHM_STAGE_MIN");
+  s.stage_pull = config::get_size("TPCOMM_SHM_STAGE_PULL");
+  if (s.stage_pull % kStagePage != 0 || s.stage_pull > (size_t{1} << 30)) {
+    throw ConfigError("TPCOMM_SHM_STAGE_PULL=" + config::get_string("TPCOMM_SHM_STAGE_PULL") +
+                      " is unusable: use a multiple of 4K up to 1G (e.g. 256K), or 0");
+  }
   const size_t stage = config::get_size("TPCOMM_SHM_STAGE_SIZE");
   s.stage_slots = 0;
   if (stage > 0) {

@@ -26,7 +26,7 @@ inline constexpr size_t kLine = 64;
 /// The ring's data starts one page into the segment; the page before holds the header.
 inline constexpr size_t kRingHeaderBytes = 4096;
 inline constexpr uint64_t kSegmentMagic = 0x3130474e52485054ull;  // "TPHRNG01"
-inline constexpr uint32_t kSegmentVersion = 2;  // 2: staging area, staged shared puts
+inline constexpr uint32_t kSegmentVersion = 3;  // 2: staging area; 3: staged puts by pages
 
 /// Record types.
 enum class RecordType : uint16_t {
@@ -78,29 +78,34 @@ struct PutShareRecord {
 
 /// A large cross-memory put that both ends copy at once: the sender writes chunks into the
 /// receiver (process_vm_writev) while the receiver pulls chunks from the sender
-/// (process_vm_readv); each claims the next chunk with `next`, counts it in `done` once
-/// copied, and whoever completes the last chunk reports the put (the receiver: arrival; the
-/// sender: a PutNotify). Slots live in the sender's header page; the sender reuses one only
-/// after the receiver stored its generation in `seen`.
+/// (process_vm_readv); each claims the next chunk by incrementing the low half of `claim`,
+/// counts it in `done` once copied, and whoever completes the last chunk reports the put (the
+/// receiver: arrival; the sender: a PutNotify). Slots live in the sender's header page; the
+/// sender reuses one only after the receiver stored its generation in `seen`.
 ///
 /// A staged put (kShareStaged) goes through the staging area after the sender's ring: the
-/// sender takes the chunks in order and copies each into the next staging slot (a FIFO of
-/// stage_slots slots, each described by a StageSlot), and the receiver copies it out into the
-/// destination: two user-space copies that run at once on both cores, the middle one out of
-/// the shared cache, faster than a kernel copy over 4 KiB pages, and no cross-memory access
-/// needed. When the receiver stops draining (not scheduled, busy elsewhere) while the area is
-/// full, the sender writes chunks straight into the destination with process_vm_writev
-/// instead, so a put never waits for the receiver's CPU where cross-memory access works.
-/// `done` counts chunks in place (drained or written); `next` is unused.
+/// sender copies the put's pages in order, a chunk at a time, into the next staging slot (a
+/// FIFO of stage_slots slots, each described by a StageSlot), and the receiver copies them out
+/// into the destination: two user-space copies that run at once on both cores, the middle one
+/// out of the shared cache, faster than a kernel copy over 4 KiB pages, and no cross-memory
+/// access needed. The sender's copy is the slower of the two (its source comes from memory),
+/// so a receiver with cross-memory access that finds no chunk staged pulls pages from the end
+/// of the put itself (process_vm_readv, `src` set) instead of waiting: the two ends claim
+/// pages from opposite ends of `claim` (low half: the next page from the front, high half:
+/// the end of the pages left) until they meet. When the receiver stops draining (not
+/// scheduled, busy elsewhere) while the area is full, the sender writes its chunks straight
+/// into the destination with process_vm_writev instead, so a put never waits for the
+/// receiver's CPU where cross-memory access works. `chunks` counts the put's 4 KiB pages and
+/// `done` those in place (drained, pulled or written).
 struct alignas(kLine) PutSlot {
-  std::atomic<uint32_t> next;  // both: the next chunk to claim
-  std::atomic<uint32_t> done;  // both: chunks copied
-  std::atomic<uint32_t> seen;  // receiver: the generation it is finished with
-  uint32_t gen;                // the fields below are written by the sender before the record
+  std::atomic<uint64_t> claim;  // both: see above
+  std::atomic<uint32_t> done;   // both: chunks (staged: pages) copied
+  std::atomic<uint32_t> seen;   // receiver: the generation it is finished with
+  uint32_t gen;                 // the fields below are written by the sender before the record
   uint32_t chunks;
   uint32_t imm;
-  uint64_t chunk_bytes;
-  uint64_t src;         // sender's address
+  uint32_t chunk_bytes;
+  uint64_t src;         // sender's address (staged: 0 when the receiver may not pull)
   uint64_t region;      // receiver's region id
   uint64_t dst_offset;  // in that region
   uint64_t length;
@@ -109,12 +114,15 @@ static_assert(sizeof(PutSlot) == kLine);
 inline constexpr size_t kPutSlots = 32;
 inline constexpr size_t kPutSlotOffset = 512;
 static_assert(kPutSlotOffset + kPutSlots * sizeof(PutSlot) <= 4096);
+/// A staged put's unit of claims: the pages of its source and destination.
+inline constexpr uint64_t kStagePage = 4096;
 
-/// A staging slot's state: 0 when free, else the index + 1 of the chunk it holds. The sender
-/// stores it (release) after copying the chunk in; the receiver clears it (release) after
-/// copying the chunk out.
+/// A staging slot's state: 0 when free, else the first page + 1 of the `pages` it holds. The
+/// sender stores it (release) after copying the pages in; the receiver clears it (release)
+/// after copying them out.
 struct alignas(kLine) StageSlot {
   std::atomic<uint32_t> chunk;
+  uint32_t pages;
 };
 inline constexpr size_t kMaxStageSlots = 16;
 inline constexpr size_t kStageSlotOffset = kPutSlotOffset + kPutSlots * sizeof(PutSlot);

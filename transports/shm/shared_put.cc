@@ -26,11 +26,35 @@ int ShmEndpoint::free_slot() const {
   return -1;
 }
 
+namespace {
+
+// Claims up to `want` of the pages left in a staged put's `claim` word: from the front (the
+// sender) or from the end (the receiver). Returns the first page and the count, 0 when the two
+// ends have met.
+std::pair<uint32_t, uint32_t> claim_pages(std::atomic<uint64_t>& claim, uint32_t want,
+                                          bool from_end) {
+  uint64_t cur = claim.load(std::memory_order_relaxed);
+  for (;;) {
+    const uint32_t front = static_cast<uint32_t>(cur), end = static_cast<uint32_t>(cur >> 32);
+    if (front >= end || want == 0) return {0, 0};
+    const uint32_t n = std::min(want, end - front);
+    const uint64_t next =
+        from_end ? (uint64_t(end - n) << 32) | front : (uint64_t(end) << 32) | (front + n);
+    if (claim.compare_exchange_weak(cur, next, std::memory_order_relaxed)) {
+      return {from_end ? end - n : front, n};
+    }
+  }
+}
+
+}  // namespace
+
 bool ShmEndpoint::announce_share(PutOp& op, int k, uint32_t mode) {
   PutSlot& ps = put_slots(out_seg_.base())[k];
   uint32_t gen = next_gen_++;
   if (next_gen_ == 0) next_gen_ = 1;
-  ps.next.store(0, std::memory_order_relaxed);
+  // Cross-memory copies claim chunks by counting up in the low half; a staged put's pages
+  // are claimed from both ends.
+  ps.claim.store(mode == kShareStaged ? uint64_t(ps.chunks) << 32 : 0, std::memory_order_relaxed);
   ps.done.store(0, std::memory_order_relaxed);
   ps.gen = gen;
   ps.imm = op.imm;
@@ -73,12 +97,14 @@ bool ShmEndpoint::try_stage(PutOp& op) {
   // up to a whole staging slot.
   const uint64_t chunk =
       std::clamp<uint64_t>(op.length / 16 & ~uint64_t(4095), 64 << 10, out_.stage_chunk());
-  const uint64_t chunks = (op.length + chunk - 1) / chunk;
-  if (chunks > UINT32_MAX / 2) return false;
+  const uint64_t pages = (op.length + kStagePage - 1) / kStagePage;
+  if (pages > UINT32_MAX / 2) return false;
   PutSlot& ps = put_slots(out_seg_.base())[k];
-  ps.chunks = static_cast<uint32_t>(chunks);
-  ps.chunk_bytes = chunk;
-  ps.src = 0;  // the receiver never reads our memory
+  ps.chunks = static_cast<uint32_t>(pages);
+  ps.chunk_bytes = static_cast<uint32_t>(chunk);
+  // Where we may write into the receiver, it may read from us: it pulls pages from the end
+  // while it waits for ours (TPCOMM_SHM_STAGE_PULL on its side).
+  ps.src = cma_ ? reinterpret_cast<uint64_t>(op.src) : 0;
   if (!announce_share(op, k, kShareStaged)) return false;
   op.staged = true;
   return true;
@@ -94,31 +120,43 @@ void ShmEndpoint::advance_staged(PutOp& op, size_t& budget) {
   StageSlot* slots = stage_slots(out_seg_.base());
   const uint64_t chunk = ps.chunk_bytes;
   const uint32_t nslots = out_.stage_slots();
-  while (op.taken < ps.chunks && budget > 0) {
-    const uint64_t off = uint64_t(op.taken) * chunk;
-    const size_t n = static_cast<size_t>(std::min<uint64_t>(chunk, op.length - off));
+  while (!op.claims_done && budget > 0) {
     const uint32_t s = op.filled % nslots;
-    if (slots[s].chunk.load(std::memory_order_acquire) == 0) {
-      std::memcpy(out_.stage() + size_t(s) * chunk, op.src + off, n);
-      slots[s].chunk.store(op.taken + 1, std::memory_order_release);
+    const bool free = slots[s].chunk.load(std::memory_order_acquire) == 0;
+    if (!free) {
+      // The area is full: wait for the receiver while it drains, write straight into the
+      // destination once it has stopped for kStageStall. Only the receiver's own progress
+      // counts (not the pages we write), so that once it has stopped we write chunk after
+      // chunk until it drains again.
+      const auto now = std::chrono::steady_clock::now();
+      const uint32_t theirs = ps.done.load(std::memory_order_acquire) - op.own_pages;
+      if (theirs != op.last_theirs || op.theirs_moved == std::chrono::steady_clock::time_point{}) {
+        op.last_theirs = theirs;
+        op.theirs_moved = now;
+      }
+      if (!cma_ || now - op.theirs_moved < kStageStall) break;
+    }
+    // The next pages from the front (the receiver may have taken the last ones from the end).
+    const auto [first, n] = claim_pages(ps.claim, static_cast<uint32_t>(chunk / kStagePage), false);
+    if (n == 0) {
+      op.claims_done = true;
+      break;
+    }
+    const uint64_t off = uint64_t(first) * kStagePage;
+    const size_t bytes =
+        static_cast<size_t>(std::min<uint64_t>(uint64_t(n) * kStagePage, op.length - off));
+    if (free) {
+      std::memcpy(out_.stage() + size_t(s) * chunk, op.src + off, bytes);
+      slots[s].pages = n;
+      slots[s].chunk.store(first + 1, std::memory_order_release);
       ++op.filled;
     } else {
-      // The area is full: wait for the receiver while it drains, write straight into the
-      // destination once it has stopped for kStageStall.
-      const auto now = std::chrono::steady_clock::now();
-      const uint32_t done = ps.done.load(std::memory_order_acquire);
-      if (done != op.last_done || op.done_moved == std::chrono::steady_clock::time_point{}) {
-        op.last_done = done;
-        op.done_moved = now;
-      }
-      if (!cma_ || now - op.done_moved < kStageStall) break;
-      if (!write_to_peer(op, op.src + off, op.dst_addr + off, n)) return;
-      if (ps.done.fetch_add(1, std::memory_order_acq_rel) + 1 == ps.chunks) op.finisher = true;
+      if (!write_to_peer(op, op.src + off, op.dst_addr + off, bytes)) return;
+      op.own_pages += n;
+      if (ps.done.fetch_add(n, std::memory_order_acq_rel) + n == ps.chunks) op.finisher = true;
     }
-    ++op.taken;
-    budget -= std::min(budget, n);
+    budget -= std::min(budget, bytes);
   }
-  if (op.taken == ps.chunks) op.claims_done = true;
 }
 
 bool ShmEndpoint::drain_staged(Helping& h, PutSlot& ps, size_t budget) {
@@ -128,19 +166,43 @@ bool ShmEndpoint::drain_staged(Helping& h, PutSlot& ps, size_t budget) {
   while (budget > 0) {
     const uint32_t s = h.drained % nslots;
     const uint32_t c = slots[s].chunk.load(std::memory_order_acquire);
-    if (c == 0) break;  // not filled yet (or every chunk is in place)
-    if (c > h.chunks) {
-      t_.fail(*this, "shm: " + who() + " staged chunk " + std::to_string(c - 1) + " of a put of " +
-                         std::to_string(h.chunks) + " chunks");
+    if (c != 0) {
+      // Once every page of this put is in place, what is staged belongs to the sender's next
+      // put (it starts that one only then): leave it to that put's turn.
+      if (ps.done.load(std::memory_order_acquire) >= h.chunks) break;
+      const uint32_t n = slots[s].pages;
+      if (n == 0 || c - 1 > h.chunks || n > h.chunks - (c - 1) ||
+          uint64_t(n) * kStagePage > h.chunk_bytes) {
+        t_.fail(*this, "shm: " + who() + " staged pages [" + std::to_string(c - 1) + ", +" +
+                           std::to_string(n) + ") of a put of " + std::to_string(h.chunks) +
+                           " pages in a slot of " + std::to_string(h.chunk_bytes) + " bytes");
+        return false;
+      }
+      const uint64_t off = uint64_t(c - 1) * kStagePage;
+      const size_t bytes =
+          static_cast<size_t>(std::min<uint64_t>(uint64_t(n) * kStagePage, h.length - off));
+      copy_bytes(h.dst + off, stage + size_t(s) * h.chunk_bytes, bytes, h.stream);
+      slots[s].chunk.store(0, std::memory_order_release);
+      ++h.drained;
+      if (ps.done.fetch_add(n, std::memory_order_acq_rel) + n == h.chunks) h.finisher = true;
+      budget -= std::min(budget, bytes);
+      continue;
+    }
+    // Nothing staged: rather than wait for the sender's slower copy, pull pages from the end
+    // of the put (the sender takes them from the front; the two meet).
+    const auto [first, n] = claim_pages(ps.claim, h.pull, true);
+    if (n == 0) break;
+    const uint64_t off = uint64_t(first) * kStagePage;
+    const size_t bytes =
+        static_cast<size_t>(std::min<uint64_t>(uint64_t(n) * kStagePage, h.length - off));
+    int err = xmem::cross_memory_read(pid_, h.dst + off, h.src + off, bytes);
+    if (err != 0) {
+      t_.fail(*this, "shm: pulling " + std::to_string(bytes) + " bytes of a staged put from " +
+                         who() + " failed: process_vm_readv: " + std::strerror(err));
       return false;
     }
-    const uint64_t off = uint64_t(c - 1) * h.chunk_bytes;
-    const size_t n = static_cast<size_t>(std::min<uint64_t>(h.chunk_bytes, h.length - off));
-    copy_bytes(h.dst + off, stage + size_t(s) * h.chunk_bytes, n, h.stream);
-    slots[s].chunk.store(0, std::memory_order_release);
-    ++h.drained;
-    if (ps.done.fetch_add(1, std::memory_order_acq_rel) + 1 == h.chunks) h.finisher = true;
-    budget -= std::min(budget, n);
+    if (ps.done.fetch_add(n, std::memory_order_acq_rel) + n == h.chunks) h.finisher = true;
+    budget -= std::min(budget, bytes);
   }
   return ps.done.load(std::memory_order_acquire) >= h.chunks;
 }
@@ -154,7 +216,7 @@ void ShmEndpoint::try_share(PutOp& op) {
   if (chunks > UINT32_MAX / 2) return;
   PutSlot& ps = put_slots(out_seg_.base())[k];
   ps.chunks = static_cast<uint32_t>(chunks);
-  ps.chunk_bytes = chunk;
+  ps.chunk_bytes = static_cast<uint32_t>(chunk);
   ps.src = reinterpret_cast<uint64_t>(op.src);
   // A full ring leaves this one to a plain cross-memory write.
   (void)announce_share(op, k, kShareCross);
@@ -163,7 +225,7 @@ void ShmEndpoint::try_share(PutOp& op) {
 void ShmEndpoint::advance_shared(PutOp& op, size_t& budget) {
   PutSlot& ps = put_slots(out_seg_.base())[op.slot];
   while (!op.claims_done && budget > 0) {
-    uint32_t i = ps.next.fetch_add(1, std::memory_order_relaxed);
+    uint32_t i = static_cast<uint32_t>(ps.claim.fetch_add(1, std::memory_order_relaxed));
     if (i >= ps.chunks) {
       op.claims_done = true;
       break;
@@ -198,13 +260,20 @@ void ShmEndpoint::accept_share(std::span<const uint8_t> payload) {
   h.src = ps.src;
   h.length = ps.length;
   h.staged = rec.mode == kShareStaged;
+  // Pull pages ourselves while nothing is staged, where the sender lets us read its memory.
+  if (h.staged && cma_ && h.src != 0) {
+    h.pull = static_cast<uint32_t>(std::min<uint64_t>(t_.cfg_.stage_pull / kStagePage, h.chunks));
+  }
   // A large put's result leaves the caches (streaming stores), as a large reduction's does.
   h.stream = h.staged && h.length >= kernels::nt_threshold();
   uint64_t region = ps.region, offset = ps.dst_offset;
   auto range = t_.regions_->find(region);
+  // Cross-memory copies count chunks, staged puts pages.
+  const uint64_t unit = h.staged ? kStagePage : h.chunk_bytes;
   bool ok = ps.gen == rec.gen && h.chunk_bytes > 0 && h.chunks > 0 &&
-            h.chunks == (h.length + h.chunk_bytes - 1) / h.chunk_bytes &&
-            (!h.staged || (in_.stage_slots() > 0 && h.chunk_bytes <= in_.stage_chunk()));
+            h.chunks == (h.length + unit - 1) / unit &&
+            (!h.staged || (in_.stage_slots() > 0 && h.chunk_bytes <= in_.stage_chunk() &&
+                           h.chunk_bytes % kStagePage == 0));
   if (!ok || !range || offset > range->length || h.length > range->length - offset) {
     t_.fail(*this, "shm: " + who() + " shares a put of " + std::to_string(h.length) +
                        " bytes at offset " + std::to_string(offset) + " of region " +
@@ -226,7 +295,7 @@ int ShmEndpoint::help(EventSink& sink) {
   if (h.staged && !drain_staged(h, ps, budget)) return 0;  // more next time
   bool claims_done = h.staged || !cma_;  // without CMA toward the peer we only watch
   while (!claims_done && budget > 0) {
-    uint32_t i = ps.next.fetch_add(1, std::memory_order_relaxed);
+    uint32_t i = static_cast<uint32_t>(ps.claim.fetch_add(1, std::memory_order_relaxed));
     if (i >= h.chunks) {
       claims_done = true;
       break;
