@@ -69,6 +69,19 @@ tpcomm_run() {  # transport peer-name
 }
 
 echo "META load $(cut -d' ' -f1-3 /proc/loadavg) before the run, $(nproc) cores" >"$OUT/meta.txt"
+# The floor of the minute: an 8-byte exchange of two processes through one shared cache line
+# (bench/exchange_floor.cpp mode 1), what shm 8-byte all_reduce costs at least. It moves with
+# the vCPUs' placement (0.06-0.19 us on the development VM), so each table carries its own.
+floor() {
+  [[ -x $OUT/exchange_floor ]] || return
+  local f
+  f=$(timeout -s KILL 60 "$OUT/exchange_floor" 1 2>/dev/null | tail -1 | sed 's/^mode 1 (one shared line): //')
+  echo "META exchange floor $1 (bench/exchange_floor.cpp mode 1): ${f:-failed}" >>"$OUT/meta.txt"
+}
+if [[ -f $HERE/exchange_floor.cpp ]]; then
+  g++ -O2 -std=c++20 -o "$OUT/exchange_floor" "$HERE/exchange_floor.cpp" 2>/dev/null
+fi
+floor "before the run"
 mpi=0 gloo=0
 if have mpicxx && have mpirun && [[ -f $PEERS/mpi_bench.cpp ]]; then
   mpicxx -O3 -march=native -std=c++17 -o "$OUT/mpi_bench" "$PEERS/mpi_bench.cpp" && mpi=1
@@ -97,6 +110,7 @@ for i in $(seq "$REPEATS"); do
       --sizes "$SIZES" --ops "$OPS" >"$OUT/gloo-tcp.run$i.txt" 2>/dev/null
   fi
 done
+floor "after the run"
 echo "META load $(cut -d' ' -f1-3 /proc/loadavg) after the run" >>"$OUT/meta.txt"
 order=tpcomm-shm,mpi-shm,mpi-ucx,tpcomm-tcp,mpi-tcp,gloo-tcp
 if [[ -f $PEERS/collate.py ]] &&
