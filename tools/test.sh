@@ -14,7 +14,10 @@ shm_before=$(ls /dev/shm | grep -c '^tpcomm' || true)
 start=$(date +%s)
 
 echo "== build (RelWithDebInfo, -Werror) =="
-cmake -S . -B build-test -G Ninja -DTPCOMM_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+# Line tables only (-g1): the same optimised code, with file:line in every backtrace; full
+# debug info took a third of this build's time.
+cmake -S . -B build-test -G Ninja -DTPCOMM_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" >/dev/null
 cmake --build build-test -j "$jobs"
 echo "== tests =="
 ctest --test-dir build-test -j "$jobs" --output-on-failure --timeout 300

@@ -58,7 +58,7 @@ bool wait_for_files(const std::vector<std::string>& paths, std::chrono::millisec
 
 TprunProcess::TprunProcess(const std::vector<std::string>& args,
                            const std::vector<std::string>& env) {
-  std::string bin = std::string(TPCOMM_TEST_BIN_DIR) + "/tprun";
+  std::string bin = TPCOMM_TEST_BIN_DIR "/tprun";
   std::vector<std::string> argv = {bin};
   argv.insert(argv.end(), args.begin(), args.end());
   config::reload();

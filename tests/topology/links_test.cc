@@ -120,8 +120,8 @@ TwoHostJob run_two_host_job(const std::vector<std::string>& common_env,
         "MASTER_ADDR=127.0.0.1",
         "MASTER_PORT=" + std::to_string(server.port()),
         "TPCOMM_USE_AGENT_STORE=1",
-        std::string("TPCOMM_HOSTID=") + (b ? "hostB" : "hostA"),
-        std::string("TPCOMM_SOCKET_ADDR=") + (b ? "127.0.0.2" : "127.0.0.1"),
+        b ? "TPCOMM_HOSTID=hostB" : "TPCOMM_HOSTID=hostA",
+        b ? "TPCOMM_SOCKET_ADDR=127.0.0.2" : "TPCOMM_SOCKET_ADDR=127.0.0.1",
     };
     env.insert(env.end(), common_env.begin(), common_env.end());
     if (b) env.insert(env.end(), host_b_env.begin(), host_b_env.end());
