@@ -6,6 +6,7 @@
 // transports before closing them) all behave as without it.
 #include <atomic>
 #include <thread>
+#include <vector>
 
 #include "p2p/p2p_test_util.h"
 
@@ -90,6 +91,45 @@ TEST(HintWait, AnotherThreadPostsWhileOneSpins) {
         if (spinner.joinable()) spinner.join();
         if (c.rank == 0) {
           EXPECT_EQ(late, 5);
+        }
+        pg->destroy();
+      },
+      long_spin());
+  EXPECT_TRUE(ranks_ok(r));
+}
+
+// After a long spinning wait (the progress thread's park has stretched to its cap), a large
+// isend left to overlap "compute" (no call into the library) is still carried out by the
+// progress thread: the rendezvous answer and the data move while rank 0 only sleeps, and
+// rank 1 receives it before rank 0 looks again.
+TEST(HintWait, IsendAfterALongSpinProgressesInTheBackground) {
+  auto r = run_ranks(
+      2,
+      [&](RankContext& c) {
+        auto pg = make_world(c, "shm");
+        int peer = 1 - c.rank;
+        constexpr size_t kLen = 4 << 20;  // rendezvous: needs the sender's progress
+        std::vector<uint8_t> buf(kLen, static_cast<uint8_t>(c.rank == 0 ? 0x5A : 0));
+        int64_t v = -1, w = 7;
+        if (c.rank == 0) {
+          pg->recv(Tensor::of(&v, 1), peer);  // spins ~100 ms
+          EXPECT_EQ(v, 7);
+          auto sw =
+              pg->isend(Tensor::raw(buf.data(), static_cast<int64_t>(kLen), DType::UInt8), peer, 3);
+          // "Compute": only the progress thread can answer the receiver now.
+          auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+          while (!c.store->check({"hint-wait/got"}) && std::chrono::steady_clock::now() < until)
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          EXPECT_TRUE(c.store->check({"hint-wait/got"}))
+              << "rank 1 did not receive the isend while rank 0 computed";
+          sw->wait();
+        } else {
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));
+          pg->send(Tensor::of(&w, 1), peer);
+          pg->recv(Tensor::raw(buf.data(), static_cast<int64_t>(kLen), DType::UInt8), peer, 3);
+          EXPECT_EQ(buf.front(), 0x5A);
+          EXPECT_EQ(buf.back(), 0x5A);
+          c.store->set("hint-wait/got", std::vector<uint8_t>{1});
         }
         pg->destroy();
       },
