@@ -23,9 +23,11 @@ echo "== tests =="
 ctest --test-dir build-test -j "$jobs" --output-on-failure --timeout 300
 
 if [[ "${1:-}" != "--no-sanitizers" ]]; then
-  # The in-process unit tests (no forked multi-rank jobs, which the first pass covers) and the
-  # fuzz targets, under ASan + UBSan; clang also builds the libFuzzer binaries.
-  san_areas=(core store rendezvous reduce net collectives)
+  # The in-process unit tests, the shared-memory transport and intra-host collectives (forked
+  # ranks over mapped segments: where a wrong offset would go unnoticed) and the fuzz targets,
+  # under ASan + UBSan; clang also builds the libFuzzer binaries. The other multi-rank jobs
+  # (p2p, pg_coll, ucx, reliability) run in the first pass only.
+  san_areas=(core store rendezvous reduce net collectives shm shm_coll)
   targets=(tpstore)  # the store tests start it
   for a in "${san_areas[@]}"; do
     for f in tests/$a/*_test.cc; do targets+=("$(basename "$f" .cc)"); done
