@@ -189,7 +189,10 @@ bool ShmEndpoint::drain_staged(Helping& h, PutSlot& ps, size_t budget) {
       continue;
     }
     // Nothing staged: rather than wait for the sender's slower copy, pull pages from the end
-    // of the put (the sender takes them from the front; the two meet).
+    // of the put (the sender takes them from the front; the two meet). Not while puts of our
+    // own are under way (both directions at once): then this CPU has no idle time to fill,
+    // and a kernel copy costs it more per byte than the staged copies it would displace.
+    if (t_.puts_pending_ > 0) break;
     const auto [first, n] = claim_pages(ps.claim, h.pull, true);
     if (n == 0) break;
     const uint64_t off = uint64_t(first) * kStagePage;
