@@ -243,9 +243,8 @@ TEST(HostColl, TwoRankFusedAllReduceEveryAlignmentAndIsa) {
                 if (!fused_op && count != 100003) continue;
                 for (size_t shift : {size_t{0}, es}) {
                   for (bool in_place : {false, true}) {
-                    const std::string where =
-                        ctx("all_reduce", dt, op, count, in_place, c.rank) + " isa " + isa +
-                        " shift " + std::to_string(shift);
+                    const std::string where = ctx("all_reduce", dt, op, count, in_place, c.rank) +
+                                              " isa " + isa + " shift " + std::to_string(shift);
                     // One buffer holds the input (in place) or the output, `shift` bytes past
                     // a 64-byte boundary, with guard bytes on both sides.
                     std::vector<uint8_t> in = make_input(dt, op, c.rank, count);

@@ -6,10 +6,17 @@
 // - large: chunks pipelined through three rotating staging buffers; per chunk each rank
 //   copies in the parts its peers reduce, reduces its own slice straight from every peer's
 //   staging into its own staging, and (one step later) reads every peer's slice into its
-//   output: one post per chunk, each byte copied in once and out once.
+//   output: one post per chunk, each byte copied in once and out once. Two ranks, a SUM of
+//   float32/float64/int32/int64 and streamed results (the 256 MiB case): the three steps of
+//   one chunk period (copy in chunk k + 1, reduce chunk k, read the peer's slice of chunk
+//   k - 1) run in one vector loop (fused_avx512/fused_avx2), so the core reads its input and
+//   writes its output at once instead of in four 1 MiB passes one after the other.
+#include <immintrin.h>
+
 #include <cstring>
 
 #include "collectives/shm/algos.h"
+#include "core/reduce.h"
 
 namespace tpcomm::coll::shm {
 
@@ -114,6 +121,302 @@ void direct(Team& t, const void* in, void* out, size_t count, const Reducer& red
   red.finish(out, count, n);
 }
 
+// PREFETCHW as inline assembly (clang's <immintrin.h> lacks _m_prefetchw; CI builds both).
+inline void prefetch_write(const uint8_t* p) { asm volatile("prefetchw %0" : : "m"(*p)); }
+
+enum class AddKind : uint8_t { None, F32, F64, I32, I64 };
+
+// The dtypes whose SUM the fused loop computes itself (one addition per element: the bits of
+// the kernels' merge, and integers wrap as they do there).
+AddKind add_kind(const Reducer& red) {
+  if (red.op() != ReduceOp::SUM) return AddKind::None;
+  switch (red.dtype()) {
+    case DType::Float32:
+      return AddKind::F32;
+    case DType::Float64:
+      return AddKind::F64;
+    case DType::Int32:
+      return AddKind::I32;
+    case DType::Int64:
+      return AddKind::I64;
+    default:
+      return AddKind::None;
+  }
+}
+
+template <AddKind K>
+__attribute__((target("avx512f"))) inline __m512i add512(__m512i a, __m512i b) {
+  if constexpr (K == AddKind::F32) {
+    return _mm512_castps_si512(_mm512_add_ps(_mm512_castsi512_ps(a), _mm512_castsi512_ps(b)));
+  } else if constexpr (K == AddKind::F64) {
+    return _mm512_castpd_si512(_mm512_add_pd(_mm512_castsi512_pd(a), _mm512_castsi512_pd(b)));
+  } else if constexpr (K == AddKind::I32) {
+    return _mm512_add_epi32(a, b);
+  } else {
+    return _mm512_add_epi64(a, b);
+  }
+}
+
+template <AddKind K>
+__attribute__((target("avx2"))) inline __m256i add256(__m256i a, __m256i b) {
+  if constexpr (K == AddKind::F32) {
+    return _mm256_castps_si256(_mm256_add_ps(_mm256_castsi256_ps(a), _mm256_castsi256_ps(b)));
+  } else if constexpr (K == AddKind::F64) {
+    return _mm256_castpd_si256(_mm256_add_pd(_mm256_castsi256_pd(a), _mm256_castsi256_pd(b)));
+  } else if constexpr (K == AddKind::I32) {
+    return _mm256_add_epi32(a, b);
+  } else {
+    return _mm256_add_epi64(a, b);
+  }
+}
+
+// One chunk period of the 2-rank all_reduce, as streams of equal length:
+// copy in (`ci_src` -> `ci_dst`, cached: the peer reads it next), reduce (`a` + `b` ->
+// `acc`, cached, for the peer, and -> `rout`, streaming), gather (`g_src` -> `g_out`,
+// streaming).
+struct Period {
+  const uint8_t* ci_src;
+  uint8_t* ci_dst;
+  size_t ci_bytes;
+  const uint8_t* a;
+  const uint8_t* b;
+  uint8_t* acc;
+  uint8_t* rout;
+  size_t red_bytes;
+  const uint8_t* g_src;
+  uint8_t* g_out;
+  size_t g_bytes;
+};
+
+// The loop on 64-byte vectors, two per stream per round; `rout` and `g_out` aligned, n a
+// multiple of 128. The cached destinations are prefetched for writing 2 KiB ahead (the peer
+// read those lines a period ago: taken back one store at a time they stall the loop).
+template <AddKind K, bool kIn, bool kGather>
+__attribute__((target("avx512f,prfchw"))) void fused_avx512(const Period& p, size_t n) {
+  for (size_t i = 0; i < n; i += 128) {
+    if (i + 2048 < n) {
+      prefetch_write(p.acc + i + 2048);
+      prefetch_write(p.acc + i + 2048 + 64);
+      if constexpr (kIn) {
+        prefetch_write(p.ci_dst + i + 2048);
+        prefetch_write(p.ci_dst + i + 2048 + 64);
+      }
+    }
+    if constexpr (kIn) {
+      const __m512i x = _mm512_loadu_si512(p.ci_src + i), y = _mm512_loadu_si512(p.ci_src + i + 64);
+      _mm512_storeu_si512(p.ci_dst + i, x);
+      _mm512_storeu_si512(p.ci_dst + i + 64, y);
+    }
+    const __m512i s0 = add512<K>(_mm512_loadu_si512(p.a + i), _mm512_loadu_si512(p.b + i));
+    const __m512i s1 =
+        add512<K>(_mm512_loadu_si512(p.a + i + 64), _mm512_loadu_si512(p.b + i + 64));
+    _mm512_storeu_si512(p.acc + i, s0);
+    _mm512_storeu_si512(p.acc + i + 64, s1);
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(p.rout + i), s0);
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(p.rout + i + 64), s1);
+    if constexpr (kGather) {
+      const __m512i g0 = _mm512_loadu_si512(p.g_src + i), g1 = _mm512_loadu_si512(p.g_src + i + 64);
+      _mm512_stream_si512(reinterpret_cast<__m512i*>(p.g_out + i), g0);
+      _mm512_stream_si512(reinterpret_cast<__m512i*>(p.g_out + i + 64), g1);
+    }
+  }
+}
+
+__attribute__((target("avx2"))) inline __m256i ld(const uint8_t* q) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
+}
+__attribute__((target("avx2"))) inline void st(uint8_t* q, __m256i v) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(q), v);
+}
+__attribute__((target("avx2"))) inline void nt(uint8_t* q, __m256i v) {
+  _mm256_stream_si256(reinterpret_cast<__m256i*>(q), v);
+}
+
+// The same on 32-byte vectors; n a multiple of 64.
+template <AddKind K, bool kIn, bool kGather>
+__attribute__((target("avx2,prfchw"))) void fused_avx2(const Period& p, size_t n) {
+  for (size_t i = 0; i < n; i += 64) {
+    if (i + 2048 < n) {
+      prefetch_write(p.acc + i + 2048);
+      if constexpr (kIn) prefetch_write(p.ci_dst + i + 2048);
+    }
+    if constexpr (kIn) {
+      const __m256i x = ld(p.ci_src + i), y = ld(p.ci_src + i + 32);
+      st(p.ci_dst + i, x);
+      st(p.ci_dst + i + 32, y);
+    }
+    const __m256i s0 = add256<K>(ld(p.a + i), ld(p.b + i));
+    const __m256i s1 = add256<K>(ld(p.a + i + 32), ld(p.b + i + 32));
+    st(p.acc + i, s0);
+    st(p.acc + i + 32, s1);
+    nt(p.rout + i, s0);
+    nt(p.rout + i + 32, s1);
+    if constexpr (kGather) {
+      const __m256i g0 = ld(p.g_src + i), g1 = ld(p.g_src + i + 32);
+      nt(p.g_out + i, g0);
+      nt(p.g_out + i + 32, g1);
+    }
+  }
+}
+
+template <AddKind K, bool kIn, bool kGather>
+void fused_body(bool avx512, const Period& p, size_t n) {
+  if (avx512) {
+    fused_avx512<K, kIn, kGather>(p, n);
+  } else {
+    fused_avx2<K, kIn, kGather>(p, n);
+  }
+}
+
+template <AddKind K>
+void fused_dispatch(bool avx512, bool in, bool gather, const Period& p, size_t n) {
+  if (in && gather) {
+    fused_body<K, true, true>(avx512, p, n);
+  } else if (in) {
+    fused_body<K, true, false>(avx512, p, n);
+  } else if (gather) {
+    fused_body<K, false, true>(avx512, p, n);
+  } else {
+    fused_body<K, false, false>(avx512, p, n);
+  }
+}
+
+// Runs one period: the common length of its streams in the vector loop, the rest (the head
+// that aligns the streamed output, the tails, a misaligned gather) with the kernels and
+// copies of the unfused path.
+void run_period(Period p, AddKind kind, const Reducer& red) {
+  const size_t es = red.esize();
+  const bool avx512 = kernels::active_isa() >= kernels::ReduceIsa::Avx512;
+  const size_t vec = avx512 ? 64 : 32;
+  const size_t head = (vec - (reinterpret_cast<uintptr_t>(p.rout) & (vec - 1))) & (vec - 1);
+  const bool gather =
+      p.g_bytes > 0 &&
+      ((reinterpret_cast<uintptr_t>(p.g_out) - reinterpret_cast<uintptr_t>(p.rout)) & (vec - 1)) ==
+          0;
+  size_t common = p.red_bytes;
+  if (p.ci_bytes > 0) common = std::min(common, p.ci_bytes);
+  if (gather) common = std::min(common, p.g_bytes);
+  size_t done = 0;
+  if (head % es == 0 && common >= head + 4096) {
+    red.merge(p.acc, p.a, p.b, head / es);
+    std::memcpy(p.rout, p.acc, head);
+    if (p.ci_bytes > 0) std::memcpy(p.ci_dst, p.ci_src, head);
+    if (gather) std::memcpy(p.g_out, p.g_src, head);
+    const size_t body = (common - head) / (2 * vec) * (2 * vec);
+    Period q = p;
+    q.ci_src += head;
+    q.ci_dst += head;
+    q.a += head;
+    q.b += head;
+    q.acc += head;
+    q.rout += head;
+    q.g_src += head;
+    q.g_out += head;
+    switch (kind) {
+      case AddKind::F32:
+        fused_dispatch<AddKind::F32>(avx512, p.ci_bytes > 0, gather, q, body);
+        break;
+      case AddKind::F64:
+        fused_dispatch<AddKind::F64>(avx512, p.ci_bytes > 0, gather, q, body);
+        break;
+      case AddKind::I32:
+        fused_dispatch<AddKind::I32>(avx512, p.ci_bytes > 0, gather, q, body);
+        break;
+      case AddKind::I64:
+        fused_dispatch<AddKind::I64>(avx512, p.ci_bytes > 0, gather, q, body);
+        break;
+      case AddKind::None:
+        break;
+    }
+    done = head + body;
+  }
+  // What the loop left: each stream on its own.
+  const size_t rest = p.red_bytes - done;
+  red.merge(p.acc + done, p.a + done, p.b + done, rest / es);
+  copy_out(p.rout + done, p.acc + done, rest, true);
+  if (p.ci_bytes > 0) std::memcpy(p.ci_dst + done, p.ci_src + done, p.ci_bytes - done);
+  const size_t g_done = gather ? done : 0;
+  if (p.g_bytes > 0) copy_out(p.g_out + g_done, p.g_src + g_done, p.g_bytes - g_done, true);
+}
+
+// Two ranks, streamed results, a SUM the fused loop computes. Period k copies in this rank's
+// input for the peer's slice of chunk k + 1, reduces this rank's slice of chunk k (its input +
+// the peer's copy) into its staging and its output, and reads the peer's reduced slice of
+// chunk k - 1 into its output; then one post. After the wait for the peer's post of period
+// k - 1, the peer's copy-in of chunk k and its slice of chunk k - 1 are complete, and the
+// buffer of chunk k - 2 is free (the peer read it last in period k - 1): three buffers rotate
+// without waiting.
+void chunked2(Team& t, const uint8_t* in, uint8_t* out, size_t count, const Reducer& red,
+              AddKind kind, size_t chunk) {
+  const int me = t.rank(), peer = 1 - me;
+  const size_t es = red.esize();
+  const size_t chunks = (count + chunk - 1) / chunk;
+  auto len = [&](size_t k) { return std::min(chunk, count - k * chunk); };
+  int cur = t.acquire_buf(kOp);
+  {
+    const Block pb = block_of(len(0), 2, peer);
+    std::memcpy(t.staging(me, cur) + pb.offset * es, in + pb.offset * es, pb.count * es);
+  }
+  uint64_t v = t.post();
+  t.wait_all(v, kOp);
+  int prev = -1;
+  for (size_t k = 0; k < chunks; ++k) {
+    Period p{};
+    if (k + 1 < chunks) {
+      const int nb = t.acquire_buf(kOp);
+      const Block pb = block_of(len(k + 1), 2, peer);
+      p.ci_src = in + ((k + 1) * chunk + pb.offset) * es;
+      p.ci_dst = t.staging(me, nb) + pb.offset * es;
+      p.ci_bytes = pb.count * es;
+      const Block mine = block_of(len(k), 2, me);
+      p.a = in + (k * chunk + mine.offset) * es;
+      p.b = t.staging(peer, cur) + mine.offset * es;
+      p.acc = t.staging(me, cur) + mine.offset * es;
+      p.rout = out + (k * chunk + mine.offset) * es;
+      p.red_bytes = mine.count * es;
+      if (prev >= 0) {
+        const Block gb = block_of(len(k - 1), 2, peer);
+        p.g_src = t.staging(peer, prev) + gb.offset * es;
+        p.g_out = out + ((k - 1) * chunk + gb.offset) * es;
+        p.g_bytes = gb.count * es;
+      }
+      run_period(p, kind, red);
+      v = t.post();
+      t.release_buf(cur);
+      t.wait_all(v, kOp);
+      prev = cur;
+      cur = nb;
+      continue;
+    }
+    const Block mine = block_of(len(k), 2, me);
+    p.a = in + (k * chunk + mine.offset) * es;
+    p.b = t.staging(peer, cur) + mine.offset * es;
+    p.acc = t.staging(me, cur) + mine.offset * es;
+    p.rout = out + (k * chunk + mine.offset) * es;
+    p.red_bytes = mine.count * es;
+    if (prev >= 0) {
+      const Block gb = block_of(len(k - 1), 2, peer);
+      p.g_src = t.staging(peer, prev) + gb.offset * es;
+      p.g_out = out + ((k - 1) * chunk + gb.offset) * es;
+      p.g_bytes = gb.count * es;
+    }
+    run_period(p, kind, red);
+    v = t.post();
+    t.release_buf(cur);
+    t.wait_all(v, kOp);
+  }
+  const Block gb = block_of(len(chunks - 1), 2, peer);
+  copy_out(out + ((chunks - 1) * chunk + gb.offset) * es, t.staging(peer, cur) + gb.offset * es,
+           gb.count * es, true);
+}
+
+// Whether chunked2 runs this call: 2 ranks, a SUM it computes, streamed results, and AVX2 at
+// least (TPCOMM_REDUCE_ISA=scalar keeps the kernels' path).
+bool fused_applies(Team& t, const Reducer& red, bool stream) {
+  if (t.size() != 2 || !stream || add_kind(red) == AddKind::None) return false;
+  return kernels::active_isa() >= kernels::ReduceIsa::Avx2;
+}
+
 void chunked(Team& t, const void* in_v, void* out_v, size_t count, const Reducer& red) {
   const int n = t.size(), me = t.rank();
   const size_t es = red.esize();
@@ -122,6 +425,10 @@ void chunked(Team& t, const void* in_v, void* out_v, size_t count, const Reducer
   const auto* in = static_cast<const uint8_t*>(in_v);
   auto* out = static_cast<uint8_t*>(out_v);
   const size_t chunk = std::max<size_t>(1, t.chunk_for(count * es) / es);
+  if (fused_applies(t, red, stream)) {
+    chunked2(t, in, out, count, red, add_kind(red), chunk);
+    return;
+  }
   const size_t chunks = (count + chunk - 1) / chunk;
   auto len = [&](size_t k) { return std::min(chunk, count - k * chunk); };
   // Copies in the parts of chunk k the peers reduce (PREMUL_SUM: everything, scaled).
