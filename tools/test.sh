@@ -38,7 +38,7 @@ if [[ "${1:-}" != "--no-sanitizers" ]]; then
   done
   echo "== sanitizer build (clang, address+undefined): ${#targets[@]} targets =="
   CC=clang CXX=clang++ cmake -S . -B build-asan -G Ninja -DTPCOMM_WERROR=ON \
-    -DCMAKE_BUILD_TYPE=Debug -DTPCOMM_SANITIZE=address,undefined -DTPCOMM_BUILD_BENCH=OFF >/dev/null
+    -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG=-g1 -DTPCOMM_SANITIZE=address,undefined -DTPCOMM_BUILD_BENCH=OFF >/dev/null
   cmake --build build-asan -j "$jobs" --target "${targets[@]}"
   echo "== sanitizer tests =="
   labels=$(IFS='|'; echo "^(${san_areas[*]}|fuzz)\$")
