@@ -303,15 +303,19 @@ void run_period(Period p, AddKind kind, const Reducer& red) {
     if (p.ci_bytes > 0) std::memcpy(p.ci_dst, p.ci_src, head);
     if (gather) std::memcpy(p.g_out, p.g_src, head);
     const size_t body = (common - head) / (2 * vec) * (2 * vec);
-    Period q = p;
-    q.ci_src += head;
-    q.ci_dst += head;
+    Period q = p;  // the absent streams' pointers stay null (no offset on a null pointer)
+    if (p.ci_bytes > 0) {
+      q.ci_src += head;
+      q.ci_dst += head;
+    }
     q.a += head;
     q.b += head;
     q.acc += head;
     q.rout += head;
-    q.g_src += head;
-    q.g_out += head;
+    if (gather) {
+      q.g_src += head;
+      q.g_out += head;
+    }
     switch (kind) {
       case AddKind::F32:
         fused_dispatch<AddKind::F32>(avx512, p.ci_bytes > 0, gather, q, body);
