@@ -16,6 +16,7 @@
 #include <cstring>
 
 #include "collectives/shm/algos.h"
+#include "collectives/shm/tiny.h"
 #include "core/reduce.h"
 
 namespace tpcomm::coll::shm {
@@ -366,31 +367,13 @@ void chunked2(Team& t, const uint8_t* in, uint8_t* out, size_t count, const Redu
   int prev = -1;
   for (size_t k = 0; k < chunks; ++k) {
     Period p{};
+    int nb = -1;  // the buffer of chunk k + 1's copy-in; none in the last period
     if (k + 1 < chunks) {
-      const int nb = t.acquire_buf(kOp);
+      nb = t.acquire_buf(kOp);
       const Block pb = block_of(len(k + 1), 2, peer);
       p.ci_src = in + ((k + 1) * chunk + pb.offset) * es;
       p.ci_dst = t.staging(me, nb) + pb.offset * es;
       p.ci_bytes = pb.count * es;
-      const Block mine = block_of(len(k), 2, me);
-      p.a = in + (k * chunk + mine.offset) * es;
-      p.b = t.staging(peer, cur) + mine.offset * es;
-      p.acc = t.staging(me, cur) + mine.offset * es;
-      p.rout = out + (k * chunk + mine.offset) * es;
-      p.red_bytes = mine.count * es;
-      if (prev >= 0) {
-        const Block gb = block_of(len(k - 1), 2, peer);
-        p.g_src = t.staging(peer, prev) + gb.offset * es;
-        p.g_out = out + ((k - 1) * chunk + gb.offset) * es;
-        p.g_bytes = gb.count * es;
-      }
-      run_period(p, kind, red);
-      v = t.post();
-      t.release_buf(cur);
-      t.wait_all(v, kOp);
-      prev = cur;
-      cur = nb;
-      continue;
     }
     const Block mine = block_of(len(k), 2, me);
     p.a = in + (k * chunk + mine.offset) * es;
@@ -408,6 +391,9 @@ void chunked2(Team& t, const uint8_t* in, uint8_t* out, size_t count, const Redu
     v = t.post();
     t.release_buf(cur);
     t.wait_all(v, kOp);
+    if (nb < 0) break;
+    prev = cur;
+    cur = nb;
   }
   const Block gb = block_of(len(chunks - 1), 2, peer);
   copy_out(out + ((chunks - 1) * chunk + gb.offset) * es, t.staging(peer, cur) + gb.offset * es,
@@ -497,20 +483,8 @@ bool allreduce_shm_tiny(Team& t, const void* in, void* out, size_t count, DType 
                         ReduceOp op) {
   // What small() and reduce_all() do for these, without the Reducer's calls: the same steps
   // and the same arithmetic (identical bits).
-  if (op != ReduceOp::SUM) return false;
-  size_t es;
-  switch (dtype) {
-    case DType::Float32:
-    case DType::Int32:
-      es = 4;
-      break;
-    case DType::Float64:
-    case DType::Int64:
-      es = 8;
-      break;
-    default:
-      return false;
-  }
+  const size_t es = tiny_sum_elem_size(dtype);
+  if (op != ReduceOp::SUM || es == 0) return false;
   if (!t.fits_shared(count * es)) return false;
   const int p = t.acquire_shared(kOp);
   copy_tiny(t.shared_payload(t.rank(), p), in, count * es);

@@ -16,6 +16,7 @@
 
 #include "collectives/args.h"
 #include "collectives/select.h"
+#include "collectives/shm/tiny.h"
 #include "collectives/types.h"
 #include "core/deadline.h"
 #include "tpcomm/store.hpp"
@@ -58,20 +59,8 @@ class HostColl {
   /// lane asks before it starts the call.
   bool takes_tiny(DType dtype, int64_t numel, ReduceOp op) const {
     if (op != ReduceOp::SUM || numel <= 0) return false;
-    size_t es;
-    switch (dtype) {
-      case DType::Float32:
-      case DType::Int32:
-        es = 4;
-        break;
-      case DType::Float64:
-      case DType::Int64:
-        es = 8;
-        break;
-      default:
-        return false;
-    }
-    return static_cast<uint64_t>(numel) * es <= tiny_max_bytes_;
+    const size_t es = tiny_sum_elem_size(dtype);
+    return es != 0 && static_cast<uint64_t>(numel) * es <= tiny_max_bytes_;
   }
   /// all_reduce() of a call takes_tiny() accepted (validated arguments, `out` has `in`'s
   /// element count and dtype, no options): the same steps and bits, without the general
