@@ -256,6 +256,11 @@ bool HostColl::begin(CollOp op, uint64_t bytes, const CommonOptions& options, De
   // without its call).
   if ((!options.algorithm.empty() || !rules_.empty()) && !shm_selected(op, bytes, options, rules_))
     return false;
+  start(op, dl, t, root, redop);
+  return true;
+}
+
+void HostColl::start(CollOp op, Deadline dl, const Tensor& t, int root, int redop) {
   team_->set_deadline(dl);
   CallSig s;
   s.op = static_cast<uint8_t>(op);
@@ -265,7 +270,6 @@ bool HostColl::begin(CollOp op, uint64_t bytes, const CommonOptions& options, De
   s.redop = static_cast<uint8_t>(redop < 0 ? 0xff : redop);
   team_->begin_call(s);
   last_ = algo_of_[static_cast<int>(op)];
-  return true;
 }
 
 bool HostColl::all_reduce(const AllReduceArgs& a, Deadline dl) {
@@ -288,18 +292,15 @@ bool HostColl::all_reduce(const AllReduceArgs& a, Deadline dl) {
 }
 
 void HostColl::all_reduce_tiny(const Tensor& in, void* out, ReduceOp op, Deadline dl) {
-  // begin() for a call that needs no selection, then allreduce_shm_tiny().
+  // begin() for a call that needs no selection, then all_reduce()'s steps for it.
   if (team_->broken()) throw_broken(CollOp::AllReduce);
-  team_->set_deadline(dl);
-  CallSig s;
-  s.op = static_cast<uint8_t>(CollOp::AllReduce);
-  s.dtype = static_cast<uint8_t>(in.dtype);
-  s.count = static_cast<uint64_t>(in.numel);
-  s.root = -1;
-  s.redop = static_cast<uint8_t>(op);
-  team_->begin_call(s);
-  last_ = algo_of_[static_cast<int>(CollOp::AllReduce)];
-  allreduce_shm_tiny(*team_, in.data, out, static_cast<size_t>(in.numel), in.dtype, op);
+  start(CollOp::AllReduce, dl, in, -1, static_cast<int>(op));
+  const size_t count = static_cast<size_t>(in.numel);
+  if (!allreduce_shm_tiny(*team_, in.data, out, count, in.dtype, op)) {
+    // takes_tiny() and the shared slots agree on what fits; should they ever not, the
+    // general loop computes the same result rather than none.
+    allreduce_shm(*team_, in.data, out, count, Reducer(in.dtype, op, 1.0));
+  }
 }
 
 bool HostColl::broadcast(const BroadcastArgs& a, Deadline dl) {

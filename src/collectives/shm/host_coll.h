@@ -86,6 +86,8 @@ class HostColl {
              int root, int redop);
   // The Error of a call after a timeout left the ranks' steps apart.
   [[noreturn]] void throw_broken(CollOp op) const;
+  // The call's deadline and signature to the team, once it is known to run here.
+  void start(CollOp op, Deadline dl, const Tensor& t, int root, int redop);
 
   std::vector<MappedSegment> segments_;
   std::unique_ptr<Team> team_;
