@@ -5,6 +5,7 @@
 
 #include "net/socket.h"
 #include "p2p/p2p_test_util.h"
+#include "transports/tcp/wire.h"
 
 namespace tpcomm::testing {
 namespace {
@@ -193,11 +194,11 @@ TEST(ErrorsTcp, StrayConnectionsAreRefused) {
         if (variant == 0) {
           hello.assign(64, 'x');  // not tpcomm at all
         } else {
-          // magic, version 1, nsocks 1, index 0, job length, src, dst, world size, job
+          // magic, version, nsocks 1, index 0, job length, src, dst, world size, job
           std::string job = variant == 1 ? "other-job" : "default";
           int32_t src = 1, dst = variant == 2 ? 5 : 0, ws = 2;
           uint32_t magic = 0x54504354;
-          uint16_t ver = 1, ns = 1, idx = 0, jl = static_cast<uint16_t>(job.size());
+          uint16_t ver = tcp::kWireVersion, ns = 1, idx = 0, jl = static_cast<uint16_t>(job.size());
           auto put = [&](const void* p, size_t n) {
             hello.insert(hello.end(), static_cast<const uint8_t*>(p),
                          static_cast<const uint8_t*>(p) + n);

@@ -21,6 +21,7 @@
 #include "core/config.h"
 #include "net/socket.h"
 #include "tpcomm/tpcomm.hpp"
+#include "transports/tcp/wire.h"
 
 namespace tpcomm::testing {
 namespace {
@@ -157,7 +158,7 @@ std::vector<uint8_t> hello(int32_t src, int32_t dst, int32_t ws, const std::stri
     out.insert(out.end(), static_cast<const uint8_t*>(p), static_cast<const uint8_t*>(p) + n);
   };
   uint32_t magic = 0x54504354;
-  uint16_t ver = 1, ns = 1, idx = 0, jl = static_cast<uint16_t>(job.size());
+  uint16_t ver = tcp::kWireVersion, ns = 1, idx = 0, jl = static_cast<uint16_t>(job.size());
   put(&magic, 4), put(&ver, 2), put(&ns, 2), put(&idx, 2), put(&jl, 2);
   put(&src, 4), put(&dst, 4), put(&ws, 4), put(job.data(), job.size());
   return out;
