@@ -2,11 +2,14 @@
 #include "pg/engine_comm.h"
 
 #include <sched.h>
+#include <time.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include "core/log.h"
 #include "tpcomm/error.hpp"
@@ -14,10 +17,47 @@
 namespace tpcomm::detail {
 namespace {
 
+// The per-thread free lists of the requests' memory and Ops (a collective's requests begin
+// and end on the thread that runs it): a small collective allocates nothing for its messages.
+// The hot path reads one trivially initialised thread-local; the lists are made on a thread's
+// first collective message and freed at its exit (later releases then free directly).
+constexpr size_t kPoolMax = 32;
+struct ReqPool {
+  std::vector<void*> blocks;                  // EngineReq-sized memory
+  std::vector<std::shared_ptr<p2p::Op>> ops;  // reset Ops that nothing else refers to
+  ~ReqPool() {
+    for (void* p : blocks) ::operator delete(p);
+  }
+};
+struct ReqPoolRef {
+  ReqPool* pool;
+  bool gone;
+};
+thread_local constinit ReqPoolRef t_pool{nullptr, false};
+struct ReqPoolOwner {
+  ReqPool pool;
+  ReqPoolOwner() {
+    pool.blocks.reserve(kPoolMax);
+    pool.ops.reserve(kPoolMax);
+    t_pool.pool = &pool;
+  }
+  ~ReqPoolOwner() {
+    t_pool.pool = nullptr;
+    t_pool.gone = true;
+  }
+};
+ReqPool* this_thread_pool() {
+  ReqPoolRef& r = t_pool;
+  if (r.pool || r.gone) return r.pool;
+  thread_local ReqPoolOwner owner;  // constructed here, once per thread
+  return r.pool;
+}
+
 // One posted engine operation. Destroying it while pending cancels it (CollComm contract).
-struct EngineReq : coll::RequestState {
-  std::shared_ptr<p2p::Engine> engine;
-  std::shared_ptr<p2p::Op> op;
+// Its memory and its Op go back to this thread's pool.
+struct EngineReq final : coll::RequestState {
+  p2p::Engine* engine = nullptr;  // the call's (its CollCall keeps it alive)
+  std::shared_ptr<p2p::Op> op;    // posted (null: posting failed)
   bool send = false;
   size_t bytes = 0;
   int peer = 0;  // group rank
@@ -25,13 +65,58 @@ struct EngineReq : coll::RequestState {
   std::chrono::milliseconds grace{0};
 
   ~EngineReq() override {
-    if (!op || op->done.load(std::memory_order_acquire)) return;  // (null: posting failed)
-    try {
-      engine->cancel(op, Deadline::after(grace));
-    } catch (...) {
+    if (!op) return;
+    if (!op->done.load(std::memory_order_acquire)) {
+      try {
+        engine->cancel(op, Deadline::after(grace));
+      } catch (...) {
+      }
     }
+    // Kept for reuse once the engine no longer refers to it (a completed receive stays in
+    // its table until the next progress round; a cancelled one whose data was still moving,
+    // longer): fresh_op() takes only ops that nothing else holds.
+    ReqPool* p = t_pool.pool;
+    if (p && p->ops.size() < kPoolMax) p->ops.push_back(std::move(op));
+  }
+
+  static void* operator new(size_t n) {
+    ReqPool* p = this_thread_pool();
+    if (n == sizeof(EngineReq) && p && !p->blocks.empty()) {
+      void* b = p->blocks.back();
+      p->blocks.pop_back();
+      return b;
+    }
+    return ::operator new(n);
+  }
+  static void operator delete(void* b, size_t n) {
+    ReqPool* p = t_pool.pool;
+    if (n == sizeof(EngineReq) && p && p->blocks.size() < kPoolMax) {
+      p->blocks.push_back(b);
+      return;
+    }
+    ::operator delete(b);
   }
 };
+
+// A fresh Op: one of this thread's pool that nothing else refers to any more (among the
+// last few released), else a new one.
+std::shared_ptr<p2p::Op> fresh_op() {
+  if (ReqPool* p = t_pool.pool) {
+    auto& ops = p->ops;
+    const size_t stop = ops.size() > 4 ? ops.size() - 4 : 0;
+    for (size_t i = ops.size(); i-- > stop;) {
+      if (ops[i].use_count() != 1) continue;
+      // The engine's last reference went with a release decrement: see its writes first.
+      std::atomic_thread_fence(std::memory_order_acquire);
+      std::shared_ptr<p2p::Op> op = std::move(ops[i]);
+      ops[i] = std::move(ops.back());
+      ops.pop_back();
+      op->reset();
+      return op;
+    }
+  }
+  return std::make_shared<p2p::Op>();
+}
 
 EngineReq* state_of(coll::Request& r) { return static_cast<EngineReq*>(r.state()); }
 
@@ -78,16 +163,19 @@ coll::Request EngineComm::post(bool send, void* buf, size_t bytes, int peer, int
   Tensor t = Tensor::raw(buf, static_cast<int64_t>(bytes), DType::UInt8);
   int global = c_.channel->ranks[peer];
   auto st = std::make_unique<EngineReq>();
-  st->engine = c_.engine;
+  st->engine = c_.engine.get();
   st->send = send;
   st->bytes = bytes;
   st->peer = peer;
   st->tag = tag;
   st->grace = c_.cancel_grace;
   ++posted_;
+  std::shared_ptr<p2p::Op> op = fresh_op();
   try {
-    st->op = send ? c_.engine->post_send(*c_.channel, global, engine_tag, t)
-                  : c_.engine->post_recv(*c_.channel, global, engine_tag, t);
+    if (send)
+      c_.engine->post_send(*c_.channel, global, engine_tag, t, op);
+    else
+      c_.engine->post_recv(*c_.channel, global, engine_tag, t, op);
   } catch (const PeerError& e) {
     std::string n = notice();
     throw PeerError(where() + ": " + e.what() + lost_members() +
@@ -95,6 +183,7 @@ coll::Request EngineComm::post(bool send, void* buf, size_t bytes, int peer, int
   } catch (const AbortedError& e) {
     throw AbortedError(where() + ": " + e.what());
   }
+  st->op = std::move(op);
   return coll::Request(std::move(st));
 }
 
@@ -108,19 +197,23 @@ coll::Request EngineComm::irecv(void* buf, size_t bytes, int peer, int tag) {
 
 void EngineComm::finish(coll::Request& req) {
   EngineReq* s = state_of(req);
-  std::exception_ptr err = s->op->error;
-  std::string what = std::string(s->send ? "send to" : "receive from") + " rank " +
-                     std::to_string(s->peer) + " (algorithm tag " + std::to_string(s->tag) + ")";
-  if (!err && !s->send && s->op->received != s->bytes) {
-    std::string msg = where() + ": " + what + ": rank " + std::to_string(s->peer) + " sent " +
-                      std::to_string(s->op->received) + " bytes, rank " + std::to_string(c_.rank) +
-                      " expected " + std::to_string(s->bytes) + "; every rank must call " + c_.op +
-                      " with matching sizes";
-    req.reset();
-    throw MismatchError(msg);
-  }
+  // What an error needs, read before the state goes back to the pool; the message strings
+  // are built only for an error.
+  std::exception_ptr err = std::move(s->op->error);
+  const uint64_t received = s->op->received;
+  const bool send = s->send;
+  const size_t bytes = s->bytes;
+  const int peer = s->peer, tag = s->tag;
   req.reset();
-  if (!err) return;
+  if (!err && (send || received == bytes)) return;
+  const std::string what = std::string(send ? "send to" : "receive from") + " rank " +
+                           std::to_string(peer) + " (algorithm tag " + std::to_string(tag) + ")";
+  if (!err) {
+    throw MismatchError(where() + ": " + what + ": rank " + std::to_string(peer) + " sent " +
+                        std::to_string(received) + " bytes, rank " + std::to_string(c_.rank) +
+                        " expected " + std::to_string(bytes) + "; every rank must call " + c_.op +
+                        " with matching sizes");
+  }
   std::string pre = where() + ": " + what + ": ";
   try {
     std::rethrow_exception(err);
@@ -144,21 +237,47 @@ void EngineComm::finish(coll::Request& req) {
   }
 }
 
+namespace {
+
+// CLOCK_MONOTONIC_COARSE: the steady clock a tick (at most ~10 ms) behind, at a fraction of
+// the cost of a fine reading in a VM.
+Deadline::Clock::time_point coarse_now() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return Deadline::Clock::time_point(std::chrono::duration_cast<Deadline::Clock::duration>(
+      std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec)));
+}
+
+}  // namespace
+
 void EngineComm::wait(coll::Request& req) {
   if (req.empty()) return;
   EngineReq* s = state_of(req);
+  // An eager send is done before anyone waits: no clock read, no wait.
+  if (s->op->done.load(std::memory_order_acquire)) return finish(req);
   auto describe = [&] {
     return std::string(s->send ? "send to" : "receive from") + " rank " + std::to_string(s->peer) +
            " (algorithm tag " + std::to_string(s->tag) + ")";
   };
   // In slices, so that a member lost meanwhile (its link failed, its process exited) fails the
-  // call at once with its name, even when this rank waits for another, stuck, member.
+  // call at once with its name, even when this rank waits for another, stuck, member. While
+  // the call's deadline is far (by the coarse clock, with a margin for its tick), a slice is
+  // kLostCheck from the engine's first clock reading, which a wait that ends within a few
+  // rounds (the latency path) never takes; near it, the slices end exactly at the deadline.
+  constexpr auto kMargin = std::chrono::milliseconds(50);
   for (;;) {
-    Deadline slice = c_.deadline;
-    bool last = c_.deadline.remaining() <= kLostCheck;
-    if (!last) slice = Deadline::after(kLostCheck);
+    const bool far =
+        c_.deadline.is_never() || c_.deadline.when() - coarse_now() > kLostCheck + kMargin;
+    bool last = false;
     try {
-      c_.engine->wait(*s->op, slice);
+      if (far) {
+        c_.engine->wait(*s->op, kLostCheck);
+      } else {
+        Deadline slice = c_.deadline;
+        last = c_.deadline.remaining() <= kLostCheck;
+        if (!last) slice = Deadline::after(kLostCheck);
+        c_.engine->wait(*s->op, slice);
+      }
       break;
     } catch (const TimeoutError& e) {
       check_members();

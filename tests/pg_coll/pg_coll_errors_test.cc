@@ -205,5 +205,51 @@ TEST(PgCollEngineComm, DestroyedReceiveIsCancelled) {
   EXPECT_RANKS_OK(r);
 }
 
+// A receive that gets fewer bytes than it posted fails with MismatchError naming both ranks
+// and sizes; the engine requests are recycled per thread (their Ops too), so many exchanges on
+// one EngineComm, a cancelled receive among them, keep their data and their order.
+TEST(PgCollEngineComm, ShortReceiveNamesSizesAndRequestsRecycle) {
+  auto r = run_ranks(2, [&](RankContext& ctx) {
+    auto pg = make_world(ctx, "tcp", milliseconds(20000));
+    auto& g = pg->state();
+    auto& cs = ::tpcomm::detail::coll_state(g);
+    ::tpcomm::detail::CollCall call;
+    call.engine = g.world->engine;
+    call.channel = &cs.channel;
+    call.group_name = g.info.name;
+    call.rank = g.rank;
+    call.seq = 5;
+    call.op = "recycle_test";
+    call.deadline = Deadline::after(milliseconds(20000));
+    ::tpcomm::detail::EngineComm comm(call);
+    const int me = pg->rank(), peer = 1 - me;
+    for (int i = 0; i < 300; ++i) {
+      int64_t mine = me * 1000 + i, theirs = -1;
+      coll::Request rq = comm.irecv(&theirs, sizeof theirs, peer, 7);
+      coll::Request sq = comm.isend(&mine, sizeof mine, peer, 7);
+      if (i == 100) {
+        coll::Request gone = comm.irecv(&theirs, 0, peer, 8);  // never matched: cancelled
+      }
+      comm.wait(rq);
+      comm.wait(sq);
+      ASSERT_EQ(theirs, peer * 1000 + i);
+    }
+    std::vector<uint8_t> buf(16, 0);
+    if (me == 1) {
+      coll::Request rq = comm.irecv(buf.data(), 16, 0, 9);
+      std::string e = error_of<MismatchError>([&] { comm.wait(rq); });
+      EXPECT_TRUE(has(e, "recycle_test #5") && has(e, "receive from rank 0") &&
+                  has(e, "rank 0 sent 8 bytes, rank 1 expected 16"))
+          << e;
+    } else {
+      coll::Request sq = comm.isend(buf.data(), 8, 1, 9);
+      comm.wait(sq);
+    }
+    pg->barrier();
+    pg->destroy();
+  });
+  EXPECT_RANKS_OK(r);
+}
+
 }  // namespace
 }  // namespace tpcomm::testing
