@@ -175,7 +175,7 @@ TEST_P(TcpTransportTest, PutsAndNewPeersMoveWhileOneSocketIsHot) {
 // all_reduce): the lower rank answers the higher rank's sockets kAckShare, so that messages
 // travel both ways on the lower rank's first socket (each direction's data carries the other's
 // ACKs) while each rank's puts keep its own sockets. Messages and puts then move both ways,
-// in order; with the shared-secret handshake too.
+// in order, also at once; with the shared-secret handshake too.
 TEST_P(TcpTransportTest, SimultaneousConnectsShareOneSocketForMessages) {
   for (const char* secret : {static_cast<const char*>(nullptr), "simultaneous-secret"}) {
     SCOPED_TRACE(secret ? "with TPCOMM_AUTH_SECRET" : "without a secret");
@@ -226,6 +226,19 @@ TEST_P(TcpTransportTest, SimultaneousConnectsShareOneSocketForMessages) {
     EXPECT_EQ(sa.arrived[0], 7u);
     EXPECT_EQ(sb.done[0], std::make_pair(uint64_t{21}, true));
     EXPECT_TRUE(dst == src);
+    // And the other way, while messages cross on the shared socket.
+    std::vector<uint8_t> dst1(1 << 20, 0);
+    auto rdst1 = b->register_memory(dst1.data(), dst1.size(), Device::cpu());
+    auto rsrc0 = a->register_memory(src.data(), src.size(), Device::cpu());
+    ASSERT_EQ(ab.put(*rsrc0, 0, rdst1->remote_key(), 0, src.size(), 8, 22), PostStatus::Ok);
+    uint64_t ping = 99;
+    iovec p1{&ping, 8};
+    ASSERT_EQ(ba.send({&p1, 1}), PostStatus::Ok);
+    ASSERT_EQ(ab.send({&p1, 1}), PostStatus::Ok);
+    ASSERT_TRUE(pump(both(), [&] { return !sb.arrived.empty() && !sa.done.empty(); }));
+    EXPECT_EQ(sb.arrived[0], 8u);
+    EXPECT_EQ(sa.done[0], std::make_pair(uint64_t{22}, true));
+    EXPECT_TRUE(dst1 == src);
     EXPECT_TRUE(sa.errors.empty() && sb.errors.empty());
   }
   set_env("TPCOMM_AUTH_SECRET", nullptr);
