@@ -244,6 +244,40 @@ TEST_P(TcpTransportTest, SimultaneousConnectsShareOneSocketForMessages) {
   set_env("TPCOMM_AUTH_SECRET", nullptr);
 }
 
+// A first-socket hello from the lower rank is not enough to share: here rank 0 never connects
+// (it answers rank 1's sockets as usual), but a half-made connection claiming to be its first
+// socket reaches rank 1 and then closes. Rank 1 keeps sending on its own sockets.
+TEST_P(TcpTransportTest, AFirstSocketHelloAloneDoesNotRedirectMessages) {
+  auto a = make_tcp(0, 2), b = make_tcp(1, 2);
+  Sink sa, sb;
+  auto both = [&]() -> std::vector<std::pair<Transport*, Sink*>> {
+    return {{a.get(), &sa}, {b.get(), &sb}};
+  };
+  auto& ba = static_cast<tcp::TcpEndpoint&>(b->connect(0, a->address(), Clock::now() + 30s));
+  FakePeer stray;
+  ASSERT_TRUE(stray.connect(b->address(), 0, 1, 2, [&] {
+    a->progress(sa);
+    b->progress(sb);
+  }));
+  ASSERT_TRUE(pump(both(), [&] { return ba.ready(); }));
+  EXPECT_FALSE(ba.share_);
+  EXPECT_EQ(ba.msg_, nullptr);
+  stray.fd.reset();
+  for (int i = 0; i < 20; ++i) {
+    a->progress(sa);
+    b->progress(sb);
+  }
+  uint64_t v = 0x5eed;
+  iovec one{&v, 8};
+  ASSERT_EQ(ba.send({&one, 1}), PostStatus::Ok);
+  ASSERT_TRUE(pump(both(), [&] { return !sa.messages.empty(); }));
+  uint64_t got = 0;
+  ASSERT_EQ(sa.messages.back().size(), 8u);
+  std::memcpy(&got, sa.messages.back().data(), 8);
+  EXPECT_EQ(got, v);
+  EXPECT_TRUE(sa.errors.empty() && sb.errors.empty());
+}
+
 // Garbage where a frame header should be fails the link naming the rank and what was wrong;
 // garbage instead of a handshake is refused without harm.
 TEST_P(TcpTransportTest, GarbageIsRefusedNamingTheRank) {

@@ -263,13 +263,9 @@ void TcpTransport::attach_accepted(Socket& s, const Hello& h, const std::string&
   // nothing yet: the lower rank's answer to each of its sockets is kAckShare, and it waits
   // for that first socket before it is ready.
   bool share = ep->active_ && h.src > ctx_.rank;
-  if (ep->active_ && h.src < ctx_.rank && h.index == 0 && !ep->ready_) {
-    TPLOG(INFO, TCP) << "rank " << ctx_.rank << " <-> rank " << h.src
-                     << ": both connected at once; messages go on rank " << h.src
-                     << "'s first socket";
-    ep->share_ = true;
-    ep->msg_ = &s;
-  }
+  // Only a candidate until our own sockets are answered kAckShare: a hello alone may come from
+  // a connect() that failed after its first socket (or from a stray peer).
+  if (ep->active_ && h.src < ctx_.rank && h.index == 0 && !ep->ready_) ep->peer_first_ = &s;
   Ack a;
   if (share) a.status = kAckShare;
   a.reason = note;  // the acceptor's proof when the peer was challenged
@@ -293,9 +289,15 @@ void TcpTransport::attach_accepted(Socket& s, const Hello& h, const std::string&
 }
 
 void TcpTransport::check_ready(TcpEndpoint& ep) {
-  if (ep.ready_ || !ep.active_ || (ep.share_ && ep.msg_ == nullptr)) return;
+  if (ep.ready_ || !ep.active_ || (ep.share_ && ep.peer_first_ == nullptr)) return;
   for (Socket* t : ep.tx)
     if (t->state != Socket::State::Open) return;
+  if (ep.share_) {
+    ep.msg_ = ep.peer_first_;
+    TPLOG(INFO, TCP) << "rank " << ctx_.rank << " <-> rank " << ep.peer_
+                     << ": both connected at once; messages go on rank " << ep.peer_
+                     << "'s first socket";
+  }
   ep.ready_ = true;
   TPLOG(INFO, TCP) << "rank " << ctx_.rank << " -> rank " << ep.peer_ << ": " << ep.tx.size()
                    << " sockets connected to " << ep.tx.front()->where;
@@ -440,7 +442,7 @@ void TcpTransport::fail_now(TcpEndpoint& ep, const std::string& reason,
     close_socket(*s);
   }
   ep.sockets.clear();
-  ep.msg_ = nullptr;
+  ep.msg_ = ep.peer_first_ = nullptr;
   ep.ready_ = false;
   events_.push_back(Event{Event::Kind::PeerError, 0, false, ep.peer_, reason});
 }

@@ -200,6 +200,7 @@ int TcpTransport::read_frames(Socket& s, transport::EventSink& sink) {
       if (s.bye) ep.bye_ = true;
       bool tx = std::find(ep.tx.begin(), ep.tx.end(), &s) != ep.tx.end() || &s == ep.msg_;
       if (&s == ep.msg_) ep.msg_ = nullptr;
+      if (&s == ep.peer_first_) ep.peer_first_ = nullptr;
       close_socket(s);
       ep.sockets.erase(std::remove(ep.sockets.begin(), ep.sockets.end(), &s), ep.sockets.end());
       if (tx) ep.tx_closed_ = true;
