@@ -92,8 +92,7 @@ struct FakePeer {
       std::string err;
       size_t need =
           ack.empty() ? tcp::kAckFixed : tcp::decode_ack(ack.data(), ack.size(), &a, &err);
-      if (!ack.empty() && need != 0 && need <= ack.size())
-        return a.status == 0 || a.status == tcp::kAckShare;
+      if (!ack.empty() && need != 0 && need <= ack.size()) return a.status == 0;
       if (!ack.empty() && need == 0) return false;
     }
     return false;

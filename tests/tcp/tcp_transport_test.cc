@@ -3,7 +3,7 @@
 // receive buffer arrive whole and in order, with the hot-socket read (TPCOMM_SOCKET_POLL_EVERY)
 // on and off; puts and new connections keep moving while one socket is hot; garbage is
 // refused naming the rank; a peer killed in the middle of a message or a put fails the link
-// naming the rank; ranks that connect to each other at once send messages on one socket.
+// naming the rank.
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -169,113 +169,6 @@ TEST_P(TcpTransportTest, PutsAndNewPeersMoveWhileOneSocketIsHot) {
   }
   EXPECT_EQ(expect, 300u);
   EXPECT_TRUE(sa.errors.empty() && sb.errors.empty() && sc.errors.empty());
-}
-
-// Both ranks connect before either hears the other (each wanted to send first, as in a 2-rank
-// all_reduce): the lower rank answers the higher rank's sockets kAckShare, so that messages
-// travel both ways on the lower rank's first socket (each direction's data carries the other's
-// ACKs) while each rank's puts keep its own sockets. Messages and puts then move both ways,
-// in order, also at once; with the shared-secret handshake too.
-TEST_P(TcpTransportTest, SimultaneousConnectsShareOneSocketForMessages) {
-  for (const char* secret : {static_cast<const char*>(nullptr), "simultaneous-secret"}) {
-    SCOPED_TRACE(secret ? "with TPCOMM_AUTH_SECRET" : "without a secret");
-    set_env("TPCOMM_AUTH_SECRET", secret);
-    auto a = make_tcp(0, 2), b = make_tcp(1, 2);
-    Sink sa, sb;
-    auto deadline = Clock::now() + 30s;
-    auto& ab = static_cast<tcp::TcpEndpoint&>(a->connect(1, b->address(), deadline));
-    auto& ba = static_cast<tcp::TcpEndpoint&>(b->connect(0, a->address(), deadline));
-    auto both = [&]() -> std::vector<std::pair<Transport*, Sink*>> {
-      return {{a.get(), &sa}, {b.get(), &sb}};
-    };
-    ASSERT_TRUE(pump(both(),
-                     [&] {
-                       return ab.ready() && ba.ready() && ab.sockets.size() == 4 &&
-                              ba.sockets.size() == 4;
-                     }))
-        << "ready " << ab.ready() << "/" << ba.ready();
-    ASSERT_EQ(ab.tx.size(), 2u);
-    ASSERT_EQ(ba.tx.size(), 2u);
-    for (tcp::Socket* s : ab.tx) EXPECT_TRUE(s->initiated) << "rank 0 puts on its own sockets";
-    for (tcp::Socket* s : ba.tx) EXPECT_TRUE(s->initiated) << "rank 1 puts on its own sockets";
-    EXPECT_EQ(ab.msg_, nullptr) << "rank 0 sends messages on its first socket";
-    ASSERT_NE(ba.msg_, nullptr) << "rank 1 sends messages on rank 0's first socket";
-    EXPECT_FALSE(ba.msg_->initiated);
-    // A ping-pong, then bursts both ways, then a put from the higher rank into the lower.
-    for (int i = 0; i < 100; ++i) {
-      uint64_t v = static_cast<uint64_t>(i);
-      iovec one{&v, 8};
-      tcp::TcpEndpoint& e = i % 2 ? ba : ab;
-      Sink& to = i % 2 ? sa : sb;
-      size_t before = to.messages.size();
-      ASSERT_EQ(e.send({&one, 1}), PostStatus::Ok);
-      ASSERT_TRUE(pump(both(), [&] { return to.messages.size() > before; }));
-      uint64_t got;
-      ASSERT_EQ(to.messages.back().size(), 8u);
-      std::memcpy(&got, to.messages.back().data(), 8);
-      ASSERT_EQ(got, v);
-    }
-    send_all_then_check(*a, sa, ab, *b, sb, 0, {0, 1, 7, 65536, 262144, 3}, 11);
-    send_all_then_check(*b, sb, ba, *a, sa, 1, {5, 0, 262143, 48, 1}, 12);
-    std::vector<uint8_t> dst(1 << 20, 0), src(1 << 20);
-    for (size_t j = 0; j < src.size(); ++j) src[j] = pattern(13, j);
-    auto rdst = a->register_memory(dst.data(), dst.size(), Device::cpu());
-    auto rsrc = b->register_memory(src.data(), src.size(), Device::cpu());
-    ASSERT_EQ(ba.put(*rsrc, 0, rdst->remote_key(), 0, src.size(), 7, 21), PostStatus::Ok);
-    ASSERT_TRUE(pump(both(), [&] { return !sa.arrived.empty() && !sb.done.empty(); }));
-    EXPECT_EQ(sa.arrived[0], 7u);
-    EXPECT_EQ(sb.done[0], std::make_pair(uint64_t{21}, true));
-    EXPECT_TRUE(dst == src);
-    // And the other way, while messages cross on the shared socket.
-    std::vector<uint8_t> dst1(1 << 20, 0);
-    auto rdst1 = b->register_memory(dst1.data(), dst1.size(), Device::cpu());
-    auto rsrc0 = a->register_memory(src.data(), src.size(), Device::cpu());
-    ASSERT_EQ(ab.put(*rsrc0, 0, rdst1->remote_key(), 0, src.size(), 8, 22), PostStatus::Ok);
-    uint64_t ping = 99;
-    iovec p1{&ping, 8};
-    ASSERT_EQ(ba.send({&p1, 1}), PostStatus::Ok);
-    ASSERT_EQ(ab.send({&p1, 1}), PostStatus::Ok);
-    ASSERT_TRUE(pump(both(), [&] { return !sb.arrived.empty() && !sa.done.empty(); }));
-    EXPECT_EQ(sb.arrived[0], 8u);
-    EXPECT_EQ(sa.done[0], std::make_pair(uint64_t{22}, true));
-    EXPECT_TRUE(dst1 == src);
-    EXPECT_TRUE(sa.errors.empty() && sb.errors.empty());
-  }
-  set_env("TPCOMM_AUTH_SECRET", nullptr);
-}
-
-// A first-socket hello from the lower rank is not enough to share: here rank 0 never connects
-// (it answers rank 1's sockets as usual), but a half-made connection claiming to be its first
-// socket reaches rank 1 and then closes. Rank 1 keeps sending on its own sockets.
-TEST_P(TcpTransportTest, AFirstSocketHelloAloneDoesNotRedirectMessages) {
-  auto a = make_tcp(0, 2), b = make_tcp(1, 2);
-  Sink sa, sb;
-  auto both = [&]() -> std::vector<std::pair<Transport*, Sink*>> {
-    return {{a.get(), &sa}, {b.get(), &sb}};
-  };
-  auto& ba = static_cast<tcp::TcpEndpoint&>(b->connect(0, a->address(), Clock::now() + 30s));
-  FakePeer stray;
-  ASSERT_TRUE(stray.connect(b->address(), 0, 1, 2, [&] {
-    a->progress(sa);
-    b->progress(sb);
-  }));
-  ASSERT_TRUE(pump(both(), [&] { return ba.ready(); }));
-  EXPECT_FALSE(ba.share_);
-  EXPECT_EQ(ba.msg_, nullptr);
-  stray.fd.reset();
-  for (int i = 0; i < 20; ++i) {
-    a->progress(sa);
-    b->progress(sb);
-  }
-  uint64_t v = 0x5eed;
-  iovec one{&v, 8};
-  ASSERT_EQ(ba.send({&one, 1}), PostStatus::Ok);
-  ASSERT_TRUE(pump(both(), [&] { return !sa.messages.empty(); }));
-  uint64_t got = 0;
-  ASSERT_EQ(sa.messages.back().size(), 8u);
-  std::memcpy(&got, sa.messages.back().data(), 8);
-  EXPECT_EQ(got, v);
-  EXPECT_TRUE(sa.errors.empty() && sb.errors.empty());
 }
 
 // Garbage where a frame header should be fails the link naming the rank and what was wrong;

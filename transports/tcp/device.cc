@@ -254,20 +254,7 @@ void TcpTransport::attach_accepted(Socket& s, const Hello& h, const std::string&
   s.ep = ep;
   s.state = Socket::State::Open;
   ep->sockets.push_back(&s);
-  // Both ranks connected at once (each wanted to send first, as in any 2-rank collective).
-  // Messages then travel both ways on the lower rank's first socket: on two one-way streams
-  // every acknowledgement is a segment of its own, one more pass through the loopback stack
-  // in somebody's system call per two messages (raw sockets, 8-byte exchange: 8.3-8.6 against
-  // 6.1-6.2 us). Each rank's puts keep its own sockets: bulk both ways at once moves faster
-  // on one-way streams (64 KiB exchange: 23-25 against 25-29 us). The higher rank has sent
-  // nothing yet: the lower rank's answer to each of its sockets is kAckShare, and it waits
-  // for that first socket before it is ready.
-  bool share = ep->active_ && h.src > ctx_.rank;
-  // Only a candidate until our own sockets are answered kAckShare: a hello alone may come from
-  // a connect() that failed after its first socket (or from a stray peer).
-  if (ep->active_ && h.src < ctx_.rank && h.index == 0 && !ep->ready_) ep->peer_first_ = &s;
   Ack a;
-  if (share) a.status = kAckShare;
   a.reason = note;  // the acceptor's proof when the peer was challenged
   uint8_t buf[kAckFixed + kMaxReason];
   size_t n = encode_ack(a, buf);
@@ -275,9 +262,7 @@ void TcpTransport::attach_accepted(Socket& s, const Hello& h, const std::string&
     fail_later(*ep, "handshake answer to " + s.where + " failed: " + errno_text(errno));
     return;
   }
-  if (ep->active_) {
-    check_ready(*ep);
-  } else {
+  if (!ep->active_) {
     bool all = true;
     for (Socket* t : ep->tx) all = all && t;
     if (all) {
@@ -286,22 +271,6 @@ void TcpTransport::attach_accepted(Socket& s, const Hello& h, const std::string&
                        << " sockets from " << s.where;
     }
   }
-}
-
-void TcpTransport::check_ready(TcpEndpoint& ep) {
-  if (ep.ready_ || !ep.active_ || (ep.share_ && ep.peer_first_ == nullptr)) return;
-  for (Socket* t : ep.tx)
-    if (t->state != Socket::State::Open) return;
-  if (ep.share_) {
-    ep.msg_ = ep.peer_first_;
-    TPLOG(INFO, TCP) << "rank " << ctx_.rank << " <-> rank " << ep.peer_
-                     << ": both connected at once; messages go on rank " << ep.peer_
-                     << "'s first socket";
-  }
-  ep.ready_ = true;
-  TPLOG(INFO, TCP) << "rank " << ctx_.rank << " -> rank " << ep.peer_ << ": " << ep.tx.size()
-                   << " sockets connected to " << ep.tx.front()->where;
-  for (Socket* t : ep.tx) flush(*t);
 }
 
 int TcpTransport::handshake(Socket& s, transport::EventSink& sink) {
@@ -351,17 +320,24 @@ int TcpTransport::handshake(Socket& s, transport::EventSink& sink) {
           want = kAckFixed;  // then the final answer
           continue;
         }
-        bool accepted = a.status == 0 || a.status == kAckShare;
-        if (need != 0 && need <= s.hs.size() && accepted && !auth_check_ack(s, a, sink)) return 1;
-        if (need == 0 || (need <= s.hs.size() && !accepted)) {
+        if (need != 0 && need <= s.hs.size() && a.status == 0 && !auth_check_ack(s, a, sink))
+          return 1;
+        if (need == 0 || (need <= s.hs.size() && a.status != 0)) {
           std::string why = need == 0 ? err : a.reason;
           fail_now(*s.ep, "connection to " + s.where + " refused: " + why, sink);
           return 1;
         }
         if (need <= s.hs.size()) {
           s.state = Socket::State::Open;
-          if (a.status == kAckShare) s.ep->share_ = true;
-          check_ready(*s.ep);
+          TcpEndpoint& ep = *s.ep;
+          bool all = true;
+          for (Socket* t : ep.tx) all = all && t->state == Socket::State::Open;
+          if (all && !ep.ready_) {
+            ep.ready_ = true;
+            TPLOG(INFO, TCP) << "rank " << ctx_.rank << " -> rank " << ep.peer_ << ": "
+                             << ep.tx.size() << " sockets connected to " << s.where;
+            for (Socket* t : ep.tx) flush(*t);
+          }
           return 1;
         }
       }
@@ -442,7 +418,6 @@ void TcpTransport::fail_now(TcpEndpoint& ep, const std::string& reason,
     close_socket(*s);
   }
   ep.sockets.clear();
-  ep.msg_ = ep.peer_first_ = nullptr;
   ep.ready_ = false;
   events_.push_back(Event{Event::Kind::PeerError, 0, false, ep.peer_, reason});
 }

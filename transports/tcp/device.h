@@ -107,18 +107,12 @@ class TcpEndpoint : public transport::Endpoint {
   int peer_;
   bool ready_ = false;
   bool failed_ = false;
-  bool active_ = false;  ///< we connected (tx = our sockets)
-  /// Both ranks connected at once and this is the higher rank (its sockets were answered
-  /// kAckShare): messages go on msg_, the lower rank's first socket (peer_first_, held from
-  /// its hello on), and the endpoint is ready only once that socket is here.
-  bool share_ = false;
-  Socket* peer_first_ = nullptr;  ///< the lower rank's first socket, while we connect too
-  Socket* msg_ = nullptr;         ///< where messages go, when not tx[0]
-  bool bye_ = false;              ///< the peer said goodbye on one of its sockets
-  bool tx_closed_ = false;        ///< a socket we send on was closed by the peer
-  uint16_t expected_ = 0;         ///< passive: sockets the peer announced
-  std::vector<Socket*> tx;        ///< the sockets we send on, by index
-  std::vector<Socket*> sockets;   ///< every socket of this peer (tx and receive-only)
+  bool active_ = false;          ///< we connected (tx = our sockets)
+  bool bye_ = false;             ///< the peer said goodbye on one of its sockets
+  bool tx_closed_ = false;       ///< a socket we send on was closed by the peer
+  uint16_t expected_ = 0;        ///< passive: sockets the peer announced
+  std::vector<Socket*> tx;       ///< the sockets we send on, by index
+  std::vector<Socket*> sockets;  ///< every socket of this peer (tx and receive-only)
   std::unordered_map<uint64_t, PutRx> rx_puts;
   uint64_t next_put_id_ = 1;
   size_t rr_ = 0;
@@ -181,9 +175,6 @@ class TcpTransport : public transport::Transport {
   int handshake(Socket& s, transport::EventSink& sink);
   int read_frames(Socket& s, transport::EventSink& sink);
   void attach_accepted(Socket& s, const Hello& h, const std::string& note = "");
-  /// An endpoint we connected becomes ready once its sockets are open (and, when both ranks
-  /// connected at once and the peer is the lower rank, once the peer's first socket is here).
-  void check_ready(TcpEndpoint& ep);
   // Shared secret (end of device.cc). Accepting side: challenge a peer whose hello passed; check
   // its response (the bytes in s.hs). Connecting side: answer a challenge; check the acceptor's
   // proof in its final ack. Each returns false after refusing or failing the connection.

@@ -1,5 +1,4 @@
-// TcpEndpoint: messages go whole on one socket (so they stay in order): the endpoint's first,
-// or the peer's first when both ranks connected at once and the peer is the lower rank;
+// TcpEndpoint: messages go whole on the endpoint's first socket (so they stay in order);
 // puts are cut into fragments spread over all its sockets and written from the source
 // memory without a copy.
 #include <sys/socket.h>
@@ -35,7 +34,7 @@ transport::PostStatus TcpEndpoint::send(std::span<const iovec> iov) {
   if (total > dev_->opt().max_message)
     throw InvalidArgument("tcp send: message of " + std::to_string(total) +
                           " bytes exceeds max_message " + std::to_string(dev_->opt().max_message));
-  Socket& s = msg_ ? *msg_ : *tx[0];
+  Socket& s = *tx[0];
   Frame f;
   f.kind = FrameKind::Msg;
   f.len = total;

@@ -198,9 +198,7 @@ int TcpTransport::read_frames(Socket& s, transport::EventSink& sink) {
       // A clean end of stream. The peer's other sockets may still carry data (a put striped
       // over them): the endpoint fails only when its last socket has closed.
       if (s.bye) ep.bye_ = true;
-      bool tx = std::find(ep.tx.begin(), ep.tx.end(), &s) != ep.tx.end() || &s == ep.msg_;
-      if (&s == ep.msg_) ep.msg_ = nullptr;
-      if (&s == ep.peer_first_) ep.peer_first_ = nullptr;
+      bool tx = std::find(ep.tx.begin(), ep.tx.end(), &s) != ep.tx.end();
       close_socket(s);
       ep.sockets.erase(std::remove(ep.sockets.begin(), ep.sockets.end(), &s), ep.sockets.end());
       if (tx) ep.tx_closed_ = true;

@@ -10,7 +10,7 @@
 namespace tpcomm::tcp {
 
 inline constexpr uint32_t kHelloMagic = 0x54504354;  // "TPCT"
-inline constexpr uint16_t kWireVersion = 2;          // 2: kAckShare
+inline constexpr uint16_t kWireVersion = 1;
 inline constexpr size_t kMaxJobId = 255;
 
 /// First bytes on every connection, from the connecting side.
@@ -45,12 +45,6 @@ size_t decode_ack(const uint8_t* p, size_t n, Ack* a, std::string* error);
 /// (16), HMAC proof (32); the final ack (status 0) carries "[proof <64 hex>]".
 inline constexpr uint16_t kAckChallenge = 2;
 inline constexpr size_t kAuthResponseSize = 4 + 16 + 32;
-
-/// Ack status (otherwise as 0) when both ranks of a pair connected at once, from the lower
-/// rank: the socket carries the higher rank's puts, and the higher rank sends its messages on
-/// the lower rank's first socket, which carries the lower rank's messages too (so that in an
-/// exchange of small messages each one carries the acknowledgement of the other's).
-inline constexpr uint16_t kAckShare = 3;
 
 enum class FrameKind : uint8_t { Msg = 1, Put = 2, Bye = 3 };
 
