@@ -3,7 +3,6 @@
 // busy-poll latency while oversubscribed ranks still leave each other the CPU.
 #include <sched.h>
 #include <sys/epoll.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -77,10 +76,7 @@ void Engine::heartbeat_locked() {
   // The coarse clock (steady_clock's clock, a tick behind; a fraction of the fine clock's cost
   // in a VM): this runs every 64th progress round of a spinning wait, and beats are seconds
   // apart.
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-  auto now = Clock::time_point(std::chrono::duration_cast<Clock::duration>(
-      std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec)));
+  auto now = Deadline::coarse_now();
   if (now < next_beat_) return;
   // Checked much later than due: this process itself was stopped or starved, so the peers'
   // silence says nothing about them; restart every peer's clock.

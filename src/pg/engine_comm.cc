@@ -2,7 +2,6 @@
 #include "pg/engine_comm.h"
 
 #include <sched.h>
-#include <time.h>
 
 #include <algorithm>
 #include <atomic>
@@ -237,19 +236,6 @@ void EngineComm::finish(coll::Request& req) {
   }
 }
 
-namespace {
-
-// CLOCK_MONOTONIC_COARSE: the steady clock a tick (at most ~10 ms) behind, at a fraction of
-// the cost of a fine reading in a VM.
-Deadline::Clock::time_point coarse_now() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-  return Deadline::Clock::time_point(std::chrono::duration_cast<Deadline::Clock::duration>(
-      std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec)));
-}
-
-}  // namespace
-
 void EngineComm::wait(coll::Request& req) {
   if (req.empty()) return;
   EngineReq* s = state_of(req);
@@ -266,8 +252,8 @@ void EngineComm::wait(coll::Request& req) {
   // rounds (the latency path) never takes; near it, the slices end exactly at the deadline.
   constexpr auto kMargin = std::chrono::milliseconds(50);
   for (;;) {
-    const bool far =
-        c_.deadline.is_never() || c_.deadline.when() - coarse_now() > kLostCheck + kMargin;
+    const bool far = c_.deadline.is_never() ||
+                     c_.deadline.when() - Deadline::coarse_now() > kLostCheck + kMargin;
     bool last = false;
     try {
       if (far) {

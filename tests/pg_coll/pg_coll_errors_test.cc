@@ -166,22 +166,28 @@ TEST(PgCollErrors, RankDiesOverShm) { dies("shm"); }
 namespace tpcomm::testing {
 namespace {
 
+// A collective call's state on the world group's engine, as coll_run sets it up, for driving
+// EngineComm directly.
+::tpcomm::detail::CollCall engine_call(ProcessGroup& pg, uint64_t seq, const char* op) {
+  auto& g = pg.state();
+  ::tpcomm::detail::CollCall call;
+  call.engine = g.world->engine;
+  call.channel = &::tpcomm::detail::coll_state(g).channel;
+  call.group_name = g.info.name;
+  call.rank = g.rank;
+  call.seq = seq;
+  call.op = op;
+  call.deadline = Deadline::after(milliseconds(20000));
+  return call;
+}
+
 // The CollComm contract on the engine: destroying a pending receive cancels it, the engine
 // never writes its buffer afterwards, and the message it would have matched goes to the next
 // receive of that channel (eager and rendezvous sizes).
 TEST(PgCollEngineComm, DestroyedReceiveIsCancelled) {
   auto r = run_ranks(2, [&](RankContext& ctx) {
     auto pg = make_world(ctx, "tcp", milliseconds(20000));
-    auto& g = pg->state();
-    auto& cs = ::tpcomm::detail::coll_state(g);
-    ::tpcomm::detail::CollCall call;
-    call.engine = g.world->engine;
-    call.channel = &cs.channel;
-    call.group_name = g.info.name;
-    call.rank = g.rank;
-    call.seq = 3;
-    call.op = "cancel_test";
-    call.deadline = Deadline::after(milliseconds(20000));
+    ::tpcomm::detail::CollCall call = engine_call(*pg, 3, "cancel_test");
     ::tpcomm::detail::EngineComm comm(call);
     for (size_t bytes : {size_t(64), size_t(1) << 20}) {
       std::vector<uint8_t> out(bytes, 0x5A), first(bytes, 0xAA), second(bytes, 0);
@@ -211,16 +217,7 @@ TEST(PgCollEngineComm, DestroyedReceiveIsCancelled) {
 TEST(PgCollEngineComm, ShortReceiveNamesSizesAndRequestsRecycle) {
   auto r = run_ranks(2, [&](RankContext& ctx) {
     auto pg = make_world(ctx, "tcp", milliseconds(20000));
-    auto& g = pg->state();
-    auto& cs = ::tpcomm::detail::coll_state(g);
-    ::tpcomm::detail::CollCall call;
-    call.engine = g.world->engine;
-    call.channel = &cs.channel;
-    call.group_name = g.info.name;
-    call.rank = g.rank;
-    call.seq = 5;
-    call.op = "recycle_test";
-    call.deadline = Deadline::after(milliseconds(20000));
+    ::tpcomm::detail::CollCall call = engine_call(*pg, 5, "recycle_test");
     ::tpcomm::detail::EngineComm comm(call);
     const int me = pg->rank(), peer = 1 - me;
     for (int i = 0; i < 300; ++i) {
