@@ -1,6 +1,6 @@
 #include "pg/p2p_work.h"
 
-#include <new>
+#include <atomic>
 #include <vector>
 
 #include "tpcomm/error.hpp"
@@ -8,138 +8,75 @@
 namespace tpcomm::detail {
 namespace {
 
-// Per-thread pools: released Works (with their weak references kept) and shared_ptr control
-// blocks. Bounded; a thread's pools are freed when it exits, after which releases delete.
+// Per-thread pool of the Works this thread made, each still referenced from here. A Work whose
+// only reference is the pool's (its user and the engine dropped theirs) is free for make().
+// Bounded; a thread's pool is released when it exits (Works still held elsewhere live on and
+// are deleted by their last holder).
 constexpr size_t kPoolMax = 128;
-// make() looks this far back for a Work of the same group before making a new one.
-constexpr size_t kPoolScan = 8;
 
-struct Pools {
-  std::vector<P2PWork*> works;
-  std::vector<void*> blocks;  ///< control blocks, all of one size (block_bytes)
-  size_t block_bytes = 0;
-  // Reserved, so that returning into a pool (inside a deleter) never allocates or throws.
-  Pools() {
-    works.reserve(kPoolMax);
-    blocks.reserve(kPoolMax);
-  }
-  ~Pools() {
-    for (P2PWork* w : works) P2PWork::Recycle::destroy(w);
-    for (void* b : blocks) ::operator delete(b);
-  }
+struct Pool {
+  std::vector<std::shared_ptr<P2PWork>> works;
+  Pool() { works.reserve(kPoolMax); }
 };
 
 // The hot path reads one trivially initialised thread-local (no guard, one TLS lookup); the
-// pools themselves are made on a thread's first use and freed by an owner object whose
-// thread-exit destructor then marks the thread's pools gone.
+// pool itself is made on a thread's first use and freed by an owner object whose thread-exit
+// destructor then marks the thread's pool gone.
 struct PoolRef {
-  Pools* pools;
+  Pool* pool;
   bool gone;
 };
 thread_local constinit PoolRef t_ref{nullptr, false};
 
 struct PoolOwner {
-  Pools pools;
-  PoolOwner() { t_ref.pools = &pools; }
+  Pool pool;
+  PoolOwner() { t_ref.pool = &pool; }
   ~PoolOwner() {
-    t_ref.pools = nullptr;
+    t_ref.pool = nullptr;
     t_ref.gone = true;
   }
 };
 
-Pools* this_thread_pools() {
+Pool* this_thread_pool() {
   PoolRef& r = t_ref;
-  if (r.pools || r.gone) return r.pools;
+  if (r.pool || r.gone) return r.pool;
   thread_local PoolOwner owner;  // constructed here, once per thread
-  return r.pools;
+  return r.pool;
 }
-
-// The pools of a thread that has made Works, else null: a thread that only releases them (the
-// engine's progress thread completing async operations) deletes instead of hoarding Works
-// that it never reuses.
-Pools* existing_pools() { return t_ref.pools; }
-
-// Allocator of the Work's control block (std::shared_ptr with a deleter allocates one). It
-// allocates from the making thread's pool and frees into the freeing thread's.
-template <class T>
-struct BlockAlloc {
-  using value_type = T;
-  Pools* pools = nullptr;
-  explicit BlockAlloc(Pools* p) : pools(p) {}
-  template <class U>
-  BlockAlloc(const BlockAlloc<U>& o) : pools(o.pools) {}  // NOLINT: rebinding
-  T* allocate(size_t n) {
-    if (n == 1 && pools && !pools->blocks.empty() && pools->block_bytes == sizeof(T)) {
-      void* b = pools->blocks.back();
-      pools->blocks.pop_back();
-      return static_cast<T*>(b);
-    }
-    return static_cast<T*>(::operator new(n * sizeof(T)));
-  }
-  void deallocate(T* p, size_t n) {
-    Pools* here = existing_pools();
-    if (n == 1 && here && here->blocks.size() < kPoolMax &&
-        (here->block_bytes == sizeof(T) || here->blocks.empty())) {
-      here->block_bytes = sizeof(T);
-      here->blocks.push_back(p);
-      return;
-    }
-    ::operator delete(p);
-  }
-  template <class U>
-  bool operator==(const BlockAlloc<U>&) const {
-    return true;
-  }
-};
 
 }  // namespace
 
-void P2PWork::Recycle::destroy(P2PWork* w) { delete w; }
-
-void P2PWork::Recycle::operator()(P2PWork* w) const {
-  // Nothing refers to the op now (the engine held it through this very count).
-  w->op_.reset();
-  Pools* here = existing_pools();
-  if (here && here->works.size() < kPoolMax && !w->group_.expired()) {
-    here->works.push_back(w);
-    return;
-  }
-  destroy(w);
-}
-
 P2PWork::Made P2PWork::make(const std::shared_ptr<GroupState>& group) {
-  P2PWork* w = nullptr;
-  Pools* pools = this_thread_pools();
-  if (pools) {
-    auto& pool = pools->works;
-    size_t stop = pool.size() > kPoolScan ? pool.size() - kPoolScan : 0;
-    for (size_t i = pool.size(); i-- > stop;) {
-      P2PWork* c = pool[i];
-      // The raw address identifies the group only while the group lives (a new group may
-      // reuse the memory of a dead one).
-      if (c->group_raw_ == group.get() && !c->group_.expired()) {
-        w = c;
-        pool[i] = pool.back();
-        pool.pop_back();
-        break;
-      }
+  Pool* pool = this_thread_pool();
+  if (pool) {
+    auto& works = pool->works;
+    for (size_t i = works.size(); i-- > 0;) {
+      const std::shared_ptr<P2PWork>& c = works[i];
+      // Free: nobody but the pool holds it. The raw address identifies the group only while
+      // the group lives (a new group may reuse the memory of a dead one).
+      if (c.use_count() != 1 || c->group_raw_ != group.get() || c->group_.expired()) continue;
+      // The last other holder let go with a release decrement (maybe on another thread, the
+      // engine's progress thread): see its writes before reusing the Work.
+      std::atomic_thread_fence(std::memory_order_acquire);
+      P2PWork* w = c.get();
+      w->op_.reset();
+      w->timeout_ = group->timeout;
+      return Made{w, std::shared_ptr<p2p::Op>(c, &w->op_)};
     }
-    // Works of dead groups leave the pool (they keep the group's storage allocated through
-    // their weak references) whenever a new Work has to be made.
-    if (!w) {
-      for (size_t i = pool.size(); i-- > 0;) {
-        if (!pool[i]->group_.expired()) continue;
-        Recycle::destroy(pool[i]);
-        pool[i] = pool.back();
-        pool.pop_back();
-      }
+    // No free Work of this group: free Works of dead groups leave the pool (they keep the
+    // group's storage allocated through their weak references), then a new one joins it.
+    for (size_t i = works.size(); i-- > 0;) {
+      if (works[i].use_count() != 1 || !works[i]->group_.expired()) continue;
+      std::atomic_thread_fence(std::memory_order_acquire);
+      works[i] = std::move(works.back());
+      works.pop_back();
     }
   }
-  if (!w) w = new P2PWork(group);
+  std::shared_ptr<P2PWork> owner(new P2PWork(group));
+  P2PWork* w = owner.get();
   w->timeout_ = group->timeout;
-  std::shared_ptr<P2PWork> owner(w, Recycle{}, BlockAlloc<P2PWork>(pools));
-  P2PWork* raw = owner.get();
-  return Made{raw, std::shared_ptr<p2p::Op>(std::move(owner), &raw->op_)};
+  if (pool && pool->works.size() < kPoolMax) pool->works.push_back(owner);
+  return Made{w, std::shared_ptr<p2p::Op>(std::move(owner), &w->op_)};
 }
 
 bool P2PWork::wait(std::optional<std::chrono::milliseconds> timeout) {

@@ -4,10 +4,10 @@
 // refers to its group and engine weakly: a Work whose group and engine are gone was completed
 // by the engine's shutdown (AbortedError).
 //
-// Works are recycled (p2p_work.cc): a released Work goes back to a small per-thread pool with
-// its weak references intact, and its shared_ptr control block to another, so that an
-// isend/irecv on the latency path allocates nothing and touches no reference count of the
-// group or the engine.
+// Works are recycled (p2p_work.cc): a small per-thread pool keeps a reference to each Work it
+// made (its shared_ptr control block and weak references stay), and make() hands out again one
+// that nobody else holds any more, so that an isend/irecv on the latency path allocates
+// nothing, runs no deleter and touches no reference count of the group or the engine.
 #pragma once
 
 #include <memory>
@@ -39,12 +39,6 @@ class P2PWork final : public Work {
   int source_rank() override;
 
   const p2p::Op& op() const { return op_; }
-
-  /// Returns a released Work to this thread's pool (or deletes it); the shared_ptr deleter.
-  struct Recycle {
-    void operator()(P2PWork* w) const;
-    static void destroy(P2PWork* w);
-  };
 
  private:
   explicit P2PWork(const std::shared_ptr<GroupState>& group)
