@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/log.h"
+#include "core/small_copy.h"
 #include "p2p/engine.h"
 #include "p2p/engine_internal.h"
 #include "tpcomm/error.hpp"
@@ -22,6 +23,14 @@ std::string hex(const void* p) {
   std::ostringstream os;
   os << p;
   return os.str();
+}
+
+// A group's name is fixed for its id: an op recycled for the same group keeps its copy.
+inline void set_group_name(Op& op, const GroupInfo& g) {
+  if (op.named && op.named_group == g.id) return;
+  op.group_name = g.name;
+  op.named_group = g.id;
+  op.named = true;
 }
 
 }  // namespace
@@ -90,7 +99,7 @@ void Engine::post_send(const GroupInfo& g, int dst, int tag, const Tensor& t,
                        const std::shared_ptr<Op>& op) {
   op->kind = Op::Kind::Send;
   op->group = g.id;
-  op->group_name = g.name;
+  set_group_name(*op, g);
   op->peer = dst;
   op->tag = tag;
   op->tensor = t;
@@ -120,6 +129,22 @@ void Engine::post_send(const GroupInfo& g, int dst, int tag, const Tensor& t,
     uint8_t hdr[kHeaderSize];
     encode_header(h, hdr);
     op->stage = Op::Stage::Posted;
+    if (l->queue.empty() && !l->flow && !l->failed) {
+      // The latency path: what send_msg_locked and post_msg_locked do for a message that goes
+      // out at once on a link without credits, in one call.
+      iovec iov[2] = {{hdr, kHeaderSize}, {const_cast<void*>(t.data), h.bytes}};
+      if (l->ep->send(std::span<const iovec>(iov, h.bytes ? 2 : 1)) == transport::PostStatus::Ok) {
+        if (progress_sleeping_.load(std::memory_order_relaxed) && l->slot->tr->needs_progress())
+          wake_progress_thread();
+        // complete_locked for a fresh eager send: in no table, no range, no region.
+        op->stage = Op::Stage::Done;
+        op->done.store(true, std::memory_order_release);
+        if (sleepers_.load(std::memory_order_relaxed) > 0) done_cv_.notify_all();
+        return;
+      }
+      // Not posted (no room, or the peer failed): the general path tries once more and
+      // queues or fails the send.
+    }
     send_msg_locked(*l, hdr, kHeaderSize, t.data, h.bytes, op);
     return;
   }
@@ -155,7 +180,7 @@ void Engine::post_recv(const GroupInfo& g, int src, int tag, const Tensor& t,
                        const std::shared_ptr<Op>& op) {
   op->kind = Op::Kind::Recv;
   op->group = g.id;
-  op->group_name = g.name;
+  set_group_name(*op, g);
   op->peer = src;
   op->tag = tag;
   op->tensor = t;
@@ -266,6 +291,17 @@ void Engine::handle_message_unguarded(Slot& s, int peer, std::span<const uint8_t
   if (s.caps.recv_slots == 0 && parse_eager(data, peer, &fh) &&
       (removed_groups_.empty() || !removed_groups_.count(fh.group))) {
     if (uint64_t recv = matcher_.arrive_posted(ChannelKey{fh.group, fh.src, fh.tag}, fh.seq)) {
+      auto* found = ops_.find(static_cast<uint32_t>(recv));
+      if (found && fh.dtype == (*found)->tensor.dtype && fh.bytes <= (*found)->tensor.nbytes()) {
+        // What on_match_locked does for an eager message that fits: copy and complete.
+        Op& op = **found;
+        op.source = fh.src;
+        copy_small(op.tensor.data, data.data() + kHeaderSize, fh.bytes);
+        op.received = fh.bytes;
+        ++next_msg_id_;
+        complete_locked(*found);
+        return;
+      }
       Incoming local{fh, Rts{}, &s, {}, data.subspan(kHeaderSize), false};
       uint64_t id = next_msg_id_++;
       current_ = {id, &local};
@@ -404,7 +440,7 @@ void Engine::on_match_locked(const std::shared_ptr<Op>& recv, uint64_t msg_id) {
     return;
   }
   if (h.type == MsgType::Eager) {
-    if (h.bytes) std::memcpy(recv->tensor.data, in->view.data(), h.bytes);
+    copy_small(recv->tensor.data, in->view.data(), h.bytes);
     recv->received = h.bytes;
     complete_locked(recv);
     return;

@@ -30,6 +30,10 @@ struct Op {
   Stage stage = Stage::Queued;
   uint64_t group = 0;
   std::string group_name;
+  /// The group whose name group_name holds (kept by reset(): a recycled op posted to the same
+  /// group again skips copying the name).
+  uint64_t named_group = 0;
+  bool named = false;
   int peer = -1;  ///< global rank; kAnySource for an any-source receive
   int tag = 0;
   Tensor tensor;

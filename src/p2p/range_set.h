@@ -25,10 +25,18 @@ class RangeSet {
   }
   /// Adds a range that overlaps none (check with overlap() first).
   void insert(uintptr_t start, uintptr_t end, uint32_t id) {
+    if (v_.empty() || v_.back().start < start) {  // the usual case: after every other range
+      v_.push_back(Range{start, end, id});
+      return;
+    }
     v_.insert(upper(start), Range{start, end, id});
   }
   /// Removes the range that starts at `start`.
   void erase(uintptr_t start) {
+    if (!v_.empty() && v_.back().start == start) {
+      v_.pop_back();
+      return;
+    }
     auto it = upper(start);
     if (it != v_.begin() && std::prev(it)->start == start) v_.erase(std::prev(it));
   }

@@ -258,15 +258,29 @@ void check_tensor(const char* what, const Tensor& t) {
                             "not built here; copy to host memory");
 }
 
+// The three checks of a point-to-point call in one pass: the common case (all pass) reads a
+// few fields and builds nothing; a failure goes through the checks above, in their order, for
+// the message.
+inline void check_p2p(const detail::GroupState& st, const char* what, int peer, bool allow_any,
+                      const Tensor& t) {
+  bool ok =
+      !st.destroyed.load() && st.world && !st.world->destroyed && st.rank >= 0 &&
+      ((allow_any && peer == kAnySource) || (peer >= 0 && peer < st.size() && peer != st.rank)) &&
+      t.numel >= 0 && (t.numel == 0 || t.data) && t.device.type == DeviceType::CPU;
+  if (ok) [[likely]]
+    return;
+  st.check_usable(what);
+  st.check_peer(what, peer, allow_any);
+  check_tensor(what, t);
+}
+
 }  // namespace
 
 namespace {
 
 detail::P2PWork::Made post_isend(const std::shared_ptr<detail::GroupState>& st,
                                  const Tensor& tensor, int dst, int tag) {
-  st->check_usable("isend");
-  st->check_peer("isend", dst, false);
-  check_tensor("isend", tensor);
+  check_p2p(*st, "isend", dst, false, tensor);
   auto w = detail::P2PWork::make(st);
   st->world->engine->post_send(st->info, st->info.ranks[dst], tag, tensor, w.op);
   return w;
@@ -274,9 +288,7 @@ detail::P2PWork::Made post_isend(const std::shared_ptr<detail::GroupState>& st,
 
 detail::P2PWork::Made post_irecv(const std::shared_ptr<detail::GroupState>& st,
                                  const Tensor& tensor, int src, int tag) {
-  st->check_usable("irecv");
-  st->check_peer("irecv", src, true);
-  check_tensor("irecv", tensor);
+  check_p2p(*st, "irecv", src, true, tensor);
   int global = src == kAnySource ? p2p::kAnySource : st->info.ranks[src];
   auto w = detail::P2PWork::make(st);
   st->world->engine->post_recv(st->info, global, tag, tensor, w.op);
