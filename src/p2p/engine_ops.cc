@@ -111,7 +111,13 @@ void Engine::post_send(const GroupInfo& g, int dst, int tag, const Tensor& t,
       throw PeerError(op->describe() + ": rank " + std::to_string(dst) +
                       " is unreachable: " + dead->second);
   }
-  Link* l = link_for(lk, g.backend, dst, g.backend_id);
+  // The link chosen before, without a call (link_for's first test); else link_for chooses.
+  Link* l = nullptr;
+  if (g.backend_id >= 0 && static_cast<size_t>(g.backend_id) < chosen_fast_.size()) {
+    const auto& row = chosen_fast_[static_cast<size_t>(g.backend_id)];
+    if (static_cast<size_t>(dst) < row.size()) l = row[static_cast<size_t>(dst)];
+  }
+  if (!l) l = link_for(lk, g.backend, dst, g.backend_id);
   if (!l->seq_counter || l->seq_group != g.id || l->seq_tag != tag) {
     l->seq_counter = &send_seq_[SeqKey{g.id, dst, tag}];
     l->seq_group = g.id;
