@@ -11,7 +11,7 @@ namespace tpcomm {
 
 /// Up to 64 bytes: two fixed-size copies that overlap in the middle (each a load and a store
 /// the compiler emits inline). Larger sizes: memcpy. The ranges must not overlap.
-inline void copy_small(void* dst, const void* src, size_t n) {
+[[gnu::always_inline]] inline void copy_small(void* dst, const void* src, size_t n) {
   auto* d = static_cast<uint8_t*>(dst);
   const auto* s = static_cast<const uint8_t*>(src);
   if (n <= 16) {

@@ -47,9 +47,8 @@ Pool* this_thread_pool() {
 }  // namespace
 
 P2PWork::Made P2PWork::make(const std::shared_ptr<GroupState>& group) {
-  Pool* pool = this_thread_pool();
-  if (pool) {
-    auto& works = pool->works;
+  if (Pool* pool = this_thread_pool()) {
+    const auto& works = pool->works;
     for (size_t i = works.size(); i-- > 0;) {
       const std::shared_ptr<P2PWork>& c = works[i];
       // Free: nobody but the pool holds it. The raw address identifies the group only while
@@ -63,8 +62,16 @@ P2PWork::Made P2PWork::make(const std::shared_ptr<GroupState>& group) {
       w->timeout_ = group->timeout;
       return Made{w, std::shared_ptr<p2p::Op>(c, &w->op_)};
     }
-    // No free Work of this group: free Works of dead groups leave the pool (they keep the
-    // group's storage allocated through their weak references), then a new one joins it.
+  }
+  return make_new(group);
+}
+
+P2PWork::Made P2PWork::make_new(const std::shared_ptr<GroupState>& group) {
+  Pool* pool = this_thread_pool();
+  if (pool) {
+    // Free Works of dead groups leave the pool (they keep the group's storage allocated
+    // through their weak references) before a new one joins it.
+    auto& works = pool->works;
     for (size_t i = works.size(); i-- > 0;) {
       if (works[i].use_count() != 1 || !works[i]->group_.expired()) continue;
       std::atomic_thread_fence(std::memory_order_acquire);

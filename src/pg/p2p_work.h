@@ -41,6 +41,9 @@ class P2PWork final : public Work {
   const p2p::Op& op() const { return op_; }
 
  private:
+  /// make() when no pooled Work is free: a new one, pooled when there is room.
+  [[gnu::noinline]] static Made make_new(const std::shared_ptr<GroupState>& group);
+
   explicit P2PWork(const std::shared_ptr<GroupState>& group)
       : group_raw_(group.get()), group_(group), engine_(group->world->engine) {}
 
