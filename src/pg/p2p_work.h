@@ -18,6 +18,8 @@
 
 namespace tpcomm::detail {
 
+struct P2PWorkPool;  // p2p_work.cc
+
 class P2PWork final : public Work {
  public:
   /// A new (or recycled) Work of `group` and its Op, sharing one reference count.
@@ -42,7 +44,8 @@ class P2PWork final : public Work {
 
  private:
   /// make() when no pooled Work is free: a new one, pooled when there is room.
-  [[gnu::noinline]] static Made make_new(const std::shared_ptr<GroupState>& group);
+  [[gnu::noinline]] static Made make_new(P2PWorkPool* pool,
+                                         const std::shared_ptr<GroupState>& group);
 
   explicit P2PWork(const std::shared_ptr<GroupState>& group)
       : group_raw_(group.get()), group_(group), engine_(group->world->engine) {}
