@@ -25,12 +25,7 @@ class OpTable {
       idx = free_.back();
       free_.pop_back();
     } else {
-      if (slots_.size() > kIndexMask)
-        throw Error("p2p: more than " + std::to_string(kIndexMask + 1) +
-                    " operations in flight on this rank; wait for some before posting more");
-      idx = static_cast<uint32_t>(slots_.size());
-      slots_.emplace_back();
-      gens_.push_back(0);
+      idx = grow();
     }
     uint32_t g = (gens_[idx] + 1) & ((1u << (32 - kIndexBits)) - 1);
     if (g == 0) g = 1;  // ids are never 0
@@ -80,6 +75,16 @@ class OpTable {
   size_t size() const { return live_; }
 
  private:
+  /// A new slot at the end (out of line: add() stays small enough to inline).
+  [[gnu::noinline]] uint32_t grow() {
+    if (slots_.size() > kIndexMask)
+      throw Error("p2p: more than " + std::to_string(kIndexMask + 1) +
+                  " operations in flight on this rank; wait for some before posting more");
+    slots_.emplace_back();
+    gens_.push_back(0);
+    return static_cast<uint32_t>(slots_.size() - 1);
+  }
+
   std::vector<std::shared_ptr<Op>> slots_;
   std::vector<uint32_t> gens_;
   std::vector<uint32_t> free_;

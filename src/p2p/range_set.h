@@ -25,11 +25,11 @@ class RangeSet {
   }
   /// Adds a range that overlaps none (check with overlap() first).
   void insert(uintptr_t start, uintptr_t end, uint32_t id) {
-    if (v_.empty() || v_.back().start < start) {  // the usual case: after every other range
-      v_.push_back(Range{start, end, id});
+    if ((v_.empty() || v_.back().start < start) && v_.size() < v_.capacity()) {
+      v_.push_back(Range{start, end, id});  // the usual case: after every other range
       return;
     }
-    v_.insert(upper(start), Range{start, end, id});
+    insert_sorted(Range{start, end, id});
   }
   /// Removes the range that starts at `start`.
   void erase(uintptr_t start) {
@@ -43,6 +43,9 @@ class RangeSet {
   size_t size() const { return v_.size(); }
 
  private:
+  /// insert() where it takes a search or an allocation (out of line: insert() stays inline).
+  [[gnu::noinline]] void insert_sorted(const Range& r) { v_.insert(upper(r.start), r); }
+
   std::vector<Range>::const_iterator upper(uintptr_t start) const {
     return std::upper_bound(v_.begin(), v_.end(), start,
                             [](uintptr_t s, const Range& r) { return s < r.start; });
