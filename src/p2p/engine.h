@@ -141,6 +141,12 @@ class Engine : public std::enable_shared_from_this<Engine> {
                  const std::shared_ptr<Op>& op);
   void post_recv(const GroupInfo& g, int src, int tag, const Tensor& t,
                  const std::shared_ptr<Op>& op);
+  /// A blocking send's latency path: posts `t` to global rank `dst` as an eager message if
+  /// it can go out at once (the link is chosen already, no credits, nothing queued, the
+  /// transport accepts it) and returns true: the send is complete and needs no Op. Otherwise
+  /// it does nothing (no sequence number taken) and returns false: post_send then sends,
+  /// queues or fails it with its message.
+  bool send_now(const GroupInfo& g, int dst, int tag, const Tensor& t);
 
   /// Adaptive wait (spin, yield, block) until `op` is done or the deadline passes; rethrows
   /// the op's error; TimeoutError says what the op was waiting for.
@@ -214,6 +220,11 @@ class Engine : public std::enable_shared_from_this<Engine> {
   Link* link_for(std::unique_lock<std::mutex>& lk, const std::string& backend, int peer,
                  int backend_id = -1);
   int backend_id_locked(const std::string& backend);
+  /// The link chosen before for (backend id, peer) without hashing, or null (not chosen yet).
+  Link* chosen_link_locked(int backend_id, int peer) const;
+  /// The send counter of channel (group, dst, tag) through `l`, cached on the link so that
+  /// repeated sends on one channel skip the hash lookup.
+  uint64_t* seq_counter_locked(Link& l, uint64_t group, int dst, int tag);
 
   // Sending (engine lock).
   void send_msg_locked(Link& l, uint8_t* hdr, size_t hdr_len, const void* payload, size_t len,

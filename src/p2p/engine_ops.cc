@@ -95,6 +95,50 @@ std::shared_ptr<Op> Engine::post_recv(const GroupInfo& g, int src, int tag, cons
   return op;
 }
 
+Link* Engine::chosen_link_locked(int backend_id, int peer) const {
+  if (backend_id < 0 || static_cast<size_t>(backend_id) >= chosen_fast_.size()) return nullptr;
+  const auto& row = chosen_fast_[static_cast<size_t>(backend_id)];
+  return static_cast<size_t>(peer) < row.size() ? row[static_cast<size_t>(peer)] : nullptr;
+}
+
+uint64_t* Engine::seq_counter_locked(Link& l, uint64_t group, int dst, int tag) {
+  if (!l.seq_counter || l.seq_group != group || l.seq_tag != tag) {
+    l.seq_counter = &send_seq_[SeqKey{group, dst, tag}];
+    l.seq_group = group;
+    l.seq_tag = tag;
+  }
+  return l.seq_counter;
+}
+
+bool Engine::send_now(const GroupInfo& g, int dst, int tag, const Tensor& t) {
+  const size_t bytes = t.nbytes();
+  auto lk = lock_engine();
+  // Anything unusual (shut down, a lost peer, a link not made yet, credits, a backlog, a
+  // message too large) is post_send's, with its errors and its queue.
+  if (shut_down_ || !dead_peers_.empty()) return false;
+  Link* l = chosen_link_locked(g.backend_id, dst);
+  if (!l || bytes > l->eager_limit || !l->queue.empty() || l->flow || l->failed) return false;
+  uint64_t* seq_counter = seq_counter_locked(*l, g.id, dst, tag);
+  Header h;
+  h.group = g.id;
+  h.src = opt_.rank;
+  h.tag = tag;
+  h.dtype = t.dtype;
+  h.bytes = bytes;
+  h.seq = *seq_counter;
+  uint8_t hdr[kHeaderSize];
+  encode_header(h, hdr);
+  iovec iov[2] = {{hdr, kHeaderSize}, {const_cast<void*>(t.data), bytes}};
+  // Not posted (no room, or the peer failed): nothing went out and the sequence number is
+  // still free for post_send.
+  if (l->ep->send(std::span<const iovec>(iov, bytes ? 2 : 1)) != transport::PostStatus::Ok)
+    return false;
+  ++*seq_counter;
+  if (progress_sleeping_.load(std::memory_order_relaxed) && l->slot->tr->needs_progress())
+    wake_progress_thread();
+  return true;
+}
+
 void Engine::post_send(const GroupInfo& g, int dst, int tag, const Tensor& t,
                        const std::shared_ptr<Op>& op) {
   op->kind = Op::Kind::Send;
@@ -112,17 +156,9 @@ void Engine::post_send(const GroupInfo& g, int dst, int tag, const Tensor& t,
                       " is unreachable: " + dead->second);
   }
   // The link chosen before, without a call (link_for's first test); else link_for chooses.
-  Link* l = nullptr;
-  if (g.backend_id >= 0 && static_cast<size_t>(g.backend_id) < chosen_fast_.size()) {
-    const auto& row = chosen_fast_[static_cast<size_t>(g.backend_id)];
-    if (static_cast<size_t>(dst) < row.size()) l = row[static_cast<size_t>(dst)];
-  }
+  Link* l = chosen_link_locked(g.backend_id, dst);
   if (!l) l = link_for(lk, g.backend, dst, g.backend_id);
-  if (!l->seq_counter || l->seq_group != g.id || l->seq_tag != tag) {
-    l->seq_counter = &send_seq_[SeqKey{g.id, dst, tag}];
-    l->seq_group = g.id;
-    l->seq_tag = tag;
-  }
+  uint64_t* seq_counter = seq_counter_locked(*l, g.id, dst, tag);
   op->link = l;
   Header h;
   h.group = g.id;
@@ -131,7 +167,7 @@ void Engine::post_send(const GroupInfo& g, int dst, int tag, const Tensor& t,
   h.dtype = t.dtype;
   h.bytes = t.nbytes();
   if (h.bytes <= l->eager_limit) {
-    op->seq = h.seq = (*l->seq_counter)++;
+    op->seq = h.seq = (*seq_counter)++;
     uint8_t hdr[kHeaderSize];
     encode_header(h, hdr);
     op->stage = Op::Stage::Posted;
@@ -161,7 +197,7 @@ void Engine::post_send(const GroupInfo& g, int dst, int tag, const Tensor& t,
   op->mr = l->slot->tr->register_memory(t.data, h.bytes, t.device);
   op->stage = Op::Stage::Posted;
   ops_.add(op);
-  op->seq = h.seq = (*l->seq_counter)++;
+  op->seq = h.seq = (*seq_counter)++;
   if (l->slot->caps.tagged_data && h.bytes <= l->slot->caps.tagged_data_max) {
     // The transport matches the data itself: the RTS says under which id it comes, and the
     // data follows at once (the transport holds it until the receiver asks for it). The send

@@ -308,6 +308,11 @@ std::shared_ptr<Work> ProcessGroup::irecv(const Tensor& tensor, int src, int tag
 // The blocking forms wait through the engine this group owns (alive during the call), so the
 // wait takes no reference on it.
 std::shared_ptr<Work> ProcessGroup::send(const Tensor& tensor, int dst, int tag) {
+  // An eager message that goes out at once is complete when the call returns: the shared
+  // completed Work, no Work or Op of its own. Anything else takes the general path.
+  check_p2p(*state_, "isend", dst, false, tensor);
+  if (state_->world->engine->send_now(state_->info, state_->info.ranks[dst], tag, tensor))
+    return detail::done_work();
   auto w = post_isend(state_, tensor, dst, tag);
   w.work->wait_in(*state_->world->engine);
   return w.release();

@@ -3,6 +3,7 @@
 // free functions, eager connection, the rendezvous threshold, a TCPStore rendezvous.
 #include <algorithm>
 #include <set>
+#include <thread>
 
 #include "p2p/p2p_test_util.h"
 #include "pg/group_state.h"
@@ -89,6 +90,58 @@ TEST_P(Semantics, TagsMatchAndSameTagKeepsOrder) {
       for (int i = 0; i < 3; ++i) {
         pg->recv(Tensor::of(big), 1, 11);
         EXPECT_EQ(big[0], static_cast<float>(i));
+      }
+    }
+    pg->destroy();
+  });
+  EXPECT_RANKS_OK(r);
+}
+
+// A blocking send of a small message goes out at once when it can (ProcessGroup::send's
+// latency path, Engine::send_now) and otherwise through the general path: behind a
+// rendezvous send still waiting for its receive, and while the peer does not receive (the
+// transport's room runs out, sends queue, then go out), every message keeps its place.
+TEST_P(Semantics, BlockingSendsKeepOrderBehindPendingAndQueuedSends) {
+  std::string tr = GetParam();
+  constexpr int kMany = 4000;
+  constexpr size_t kElems = 512;  // 2 KiB: eager on every transport
+  auto r = run_ranks(2, [&](RankContext& c) {
+    auto pg = make_world(c, tr);
+    if (c.rank == 1) {
+      std::vector<int32_t> big(200000, 7);
+      auto pending = pg->isend(Tensor::of(big), 0, 5);  // rendezvous: waits for rank 0
+      for (int32_t i = 0; i < 3; ++i) {
+        auto w = pg->send(Tensor::of(&i, 1), 0, 5);
+        EXPECT_TRUE(w->is_completed());
+        EXPECT_TRUE(w->is_success());
+        EXPECT_EQ(w->exception(), nullptr);
+        EXPECT_EQ(w->source_rank(), -1);
+        EXPECT_TRUE(w->wait());
+      }
+      pending->wait();
+      // 8 MB of blocking sends while rank 0 sleeps before receiving: more than a ring or a
+      // socket buffer holds, so some of them wait in the link's queue.
+      std::vector<int32_t> m(kElems);
+      for (int32_t i = 0; i < kMany; ++i) {
+        m[0] = i;
+        m[kElems - 1] = -i;
+        pg->send(Tensor::of(m), 0, 6);
+      }
+    } else {
+      std::vector<int32_t> big(200000);
+      pg->recv(Tensor::of(big), 1, 5);
+      EXPECT_EQ(big[199999], 7);
+      for (int32_t i = 0; i < 3; ++i) {
+        int32_t v = -1;
+        pg->recv(Tensor::of(&v, 1), 1, 5);
+        EXPECT_EQ(v, i) << "a blocking send overtook the rendezvous before it";
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      std::vector<int32_t> m(kElems);
+      for (int32_t i = 0; i < kMany; ++i) {
+        pg->recv(Tensor::of(m), 1, 6);
+        ASSERT_EQ(m[0], i) << "blocking sends arrived out of order";
+        ASSERT_EQ(m[kElems - 1], -i);
       }
     }
     pg->destroy();
