@@ -227,6 +227,10 @@ class Engine : public std::enable_shared_from_this<Engine> {
   uint64_t* seq_counter_locked(Link& l, uint64_t group, int dst, int tag);
 
   // Sending (engine lock).
+  /// Posts an eager message (encoded header + payload) straight to the link's endpoint when
+  /// it can go out at once (nothing queued, no credits, not failed, the transport accepts it);
+  /// false: nothing was sent.
+  bool post_eager_now_locked(Link& l, uint8_t* hdr, const void* payload, size_t bytes);
   void send_msg_locked(Link& l, uint8_t* hdr, size_t hdr_len, const void* payload, size_t len,
                        const std::shared_ptr<Op>& op);
   /// Posts a message now if credits and the transport allow (true also when it failed the

@@ -117,7 +117,7 @@ bool Engine::send_now(const GroupInfo& g, int dst, int tag, const Tensor& t) {
   // message too large) is post_send's, with its errors and its queue.
   if (shut_down_ || !dead_peers_.empty()) return false;
   Link* l = chosen_link_locked(g.backend_id, dst);
-  if (!l || bytes > l->eager_limit || !l->queue.empty() || l->flow || l->failed) return false;
+  if (!l || bytes > l->eager_limit) return false;
   uint64_t* seq_counter = seq_counter_locked(*l, g.id, dst, tag);
   Header h;
   h.group = g.id;
@@ -128,13 +128,18 @@ bool Engine::send_now(const GroupInfo& g, int dst, int tag, const Tensor& t) {
   h.seq = *seq_counter;
   uint8_t hdr[kHeaderSize];
   encode_header(h, hdr);
-  iovec iov[2] = {{hdr, kHeaderSize}, {const_cast<void*>(t.data), bytes}};
-  // Not posted (no room, or the peer failed): nothing went out and the sequence number is
-  // still free for post_send.
-  if (l->ep->send(std::span<const iovec>(iov, bytes ? 2 : 1)) != transport::PostStatus::Ok)
-    return false;
+  // Not posted: nothing went out and the sequence number is still free for post_send.
+  if (!post_eager_now_locked(*l, hdr, t.data, bytes)) return false;
   ++*seq_counter;
-  if (progress_sleeping_.load(std::memory_order_relaxed) && l->slot->tr->needs_progress())
+  return true;
+}
+
+bool Engine::post_eager_now_locked(Link& l, uint8_t* hdr, const void* payload, size_t bytes) {
+  if (!l.queue.empty() || l.flow || l.failed) return false;
+  iovec iov[2] = {{hdr, kHeaderSize}, {const_cast<void*>(payload), bytes}};
+  if (l.ep->send(std::span<const iovec>(iov, bytes ? 2 : 1)) != transport::PostStatus::Ok)
+    return false;
+  if (progress_sleeping_.load(std::memory_order_relaxed) && l.slot->tr->needs_progress())
     wake_progress_thread();
   return true;
 }
@@ -171,21 +176,11 @@ void Engine::post_send(const GroupInfo& g, int dst, int tag, const Tensor& t,
     uint8_t hdr[kHeaderSize];
     encode_header(h, hdr);
     op->stage = Op::Stage::Posted;
-    if (l->queue.empty() && !l->flow && !l->failed) {
-      // The latency path: what send_msg_locked and post_msg_locked do for a message that goes
-      // out at once on a link without credits, in one call.
-      iovec iov[2] = {{hdr, kHeaderSize}, {const_cast<void*>(t.data), h.bytes}};
-      if (l->ep->send(std::span<const iovec>(iov, h.bytes ? 2 : 1)) == transport::PostStatus::Ok) {
-        if (progress_sleeping_.load(std::memory_order_relaxed) && l->slot->tr->needs_progress())
-          wake_progress_thread();
-        // complete_locked for a fresh eager send: in no table, no range, no region.
-        op->stage = Op::Stage::Done;
-        op->done.store(true, std::memory_order_release);
-        if (sleepers_.load(std::memory_order_relaxed) > 0) done_cv_.notify_all();
-        return;
-      }
-      // Not posted (no room, or the peer failed): the general path tries once more and
-      // queues or fails the send.
+    // The latency path, else (no room, credits, a backlog, the peer failed) the general one,
+    // which tries once more and queues or fails the send.
+    if (post_eager_now_locked(*l, hdr, t.data, h.bytes)) {
+      complete_locked(op);  // an eager send is done once the transport took it
+      return;
     }
     send_msg_locked(*l, hdr, kHeaderSize, t.data, h.bytes, op);
     return;
