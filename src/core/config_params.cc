@@ -173,6 +173,13 @@ constexpr Param kParams[] = {
    "Smallest block (all_gather: per rank; broadcast: the tensor) that shm_direct reads with a "
    "single cross-memory copy (TPCOMM_SHM_COLL_CMA); the group uses its ranks' largest value.",
    "collectives"},
+  {"TPCOMM_SHM_COLL_STAGE_STORES", T::Enum, "auto", "auto|cached|streaming",
+   "How a rank writes the staging chunks of a large shm_direct broadcast or all_gather (from "
+   "TPCOMM_REDUCE_NT_THRESHOLD) that its peers read next. cached: the peers fetch them from "
+   "this core's caches (fastest where the cores share a cache); streaming: through memory "
+   "(steady where cache-to-cache transfers are slow, as between vCPUs their host placed far "
+   "apart); auto: times its own copies and uses the faster kind, trying the other now and then.",
+   "collectives"},
   {"TPCOMM_SHM_COLL_SPIN_US", T::Int, "10", "0..10000000",
    "shm_direct waits: microseconds of busy polling before polling with sched_yield (2 ms), "
    "then sleeping on a futex (cut to 2 us when the host's ranks outnumber its cores). Short: "

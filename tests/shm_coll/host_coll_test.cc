@@ -224,12 +224,16 @@ INSTANTIATE_TEST_SUITE_P(Ranks, HostCollRanks, ::testing::Values(1, 2, 3, 4, 5, 
 // several chunks with odd tails and outputs one element off the vector alignment, on
 // AVX-512 and AVX2; the other dtypes and ops take the unfused path in the same setting.
 TEST(HostColl, TwoRankFusedAllReduceEveryAlignmentAndIsa) {
-  for (const char* isa : {"auto", "avx2"}) {
+  // Each ISA with cached and streaming staging stores, and auto (both, as it learns).
+  const std::pair<const char*, const char*> runs[] = {
+      {"auto", "cached"}, {"auto", "streaming"}, {"avx2", "auto"}};
+  for (const auto& [isa, stores] : runs) {
     testing::RunOptions o = opts();
     o.env = {{"TPCOMM_SHM_COLL_BYTES", "192K"},
              {"TPCOMM_SHM_COLL_CHUNK", "64K"},
              {"TPCOMM_REDUCE_NT_THRESHOLD", "4K"},
              {"TPCOMM_REDUCE_ISA", isa},
+             {"TPCOMM_SHM_COLL_STAGE_STORES", stores},
              {"TPCOMM_ALGO", ""}};
     auto r = testing::run_ranks(
         2,
@@ -244,7 +248,8 @@ TEST(HostColl, TwoRankFusedAllReduceEveryAlignmentAndIsa) {
                 for (size_t shift : {size_t{0}, es}) {
                   for (bool in_place : {false, true}) {
                     const std::string where = ctx("all_reduce", dt, op, count, in_place, c.rank) +
-                                              " isa " + isa + " shift " + std::to_string(shift);
+                                              " isa " + isa + " stores " + stores + " shift " +
+                                              std::to_string(shift);
                     // One buffer holds the input (in place) or the output, `shift` bytes past
                     // a 64-byte boundary, with guard bytes on both sides.
                     std::vector<uint8_t> in = make_input(dt, op, c.rank, count);
@@ -276,6 +281,71 @@ TEST(HostColl, TwoRankFusedAllReduceEveryAlignmentAndIsa) {
         },
         o);
     EXPECT_RANKS_OK(r);
+  }
+}
+
+// Large broadcasts and all_gathers through the staging buffers (single-copy reads off),
+// results streamed from 4 KiB, so that the staging chunks go in with cached, streaming or
+// (auto) both kinds of stores: sizes of several 64 KiB chunks with odd tails, blocks and
+// outputs off the vector alignment, every root, in place and out of place, on AVX-512 and
+// AVX2.
+TEST(HostColl, StagedBroadcastAndAllGatherWithEveryKindOfStagingStores) {
+  const std::pair<const char*, const char*> runs[] = {
+      {"auto", "cached"}, {"auto", "streaming"}, {"auto", "auto"}, {"avx2", "streaming"}};
+  for (const auto& [isa, stores] : runs) {
+    testing::RunOptions o = opts();
+    o.env = {{"TPCOMM_SHM_COLL_BYTES", "192K"},      {"TPCOMM_SHM_COLL_CHUNK", "64K"},
+             {"TPCOMM_REDUCE_NT_THRESHOLD", "4K"},   {"TPCOMM_REDUCE_ISA", isa},
+             {"TPCOMM_SHM_COLL_STAGE_STORES", stores}, {"TPCOMM_SHM_COLL_CMA", "off"},
+             {"TPCOMM_ALGO", ""}};
+    for (int n : {2, 3}) {
+      auto r = testing::run_ranks(
+          n,
+          [&](testing::RankContext& c) {
+            auto hc = make(c);
+            const std::string how = std::string(" isa ") + isa + " stores " + stores;
+            for (size_t bytes : {size_t{100003}, size_t{65536 * 5}, size_t{65536 * 7 + 33}}) {
+              for (int root = 0; root < n; ++root) {
+                for (bool in_place : {true, false}) {
+                  std::vector<uint8_t> data(bytes + 1, 0x5a), src = pattern(root, bytes + 1);
+                  uint8_t* at = data.data() + (bytes & 1);  // odd sizes start off alignment
+                  const uint8_t* from = src.data() + (bytes & 1);
+                  if (in_place && c.rank == root) std::memcpy(at, from, bytes);
+                  BroadcastArgs a;
+                  a.tensor = Tensor::raw(at, static_cast<int64_t>(bytes), DType::UInt8);
+                  if (!in_place && c.rank == root) {
+                    a.input = Tensor::raw(const_cast<uint8_t*>(from), static_cast<int64_t>(bytes),
+                                          DType::UInt8);
+                  }
+                  a.root = root;
+                  ASSERT_TRUE(hc->broadcast(a, dl()));
+                  ASSERT_EQ(0, std::memcmp(at, from, bytes))
+                      << "broadcast " << bytes << " bytes from " << root << " rank " << c.rank
+                      << how;
+                }
+              }
+            }
+            for (size_t m : {size_t{40001}, size_t{65536 * 3}, size_t{65536 * 4 + 100}}) {
+              for (bool in_place : {false, true}) {
+                std::vector<uint8_t> in = pattern(c.rank, m);
+                std::vector<uint8_t> out(m * static_cast<size_t>(n), 0x11);
+                if (in_place) std::memcpy(out.data() + c.rank * m, in.data(), m);
+                AllGatherArgs a;
+                a.input = Tensor::raw(in_place ? out.data() + c.rank * m : in.data(),
+                                      static_cast<int64_t>(m), DType::UInt8);
+                a.output = Tensor::raw(out.data(), static_cast<int64_t>(m) * n, DType::UInt8);
+                ASSERT_TRUE(hc->all_gather(a, dl()));
+                for (int q = 0; q < n; ++q) {
+                  ASSERT_EQ(0, std::memcmp(out.data() + q * m, pattern(q, m).data(), m))
+                      << "all_gather block " << q << " of " << m << " bytes on rank " << c.rank
+                      << how;
+                }
+              }
+            }
+          },
+          o);
+      EXPECT_RANKS_OK(r);
+    }
   }
 }
 

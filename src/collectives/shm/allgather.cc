@@ -4,13 +4,16 @@
 // staging it copies its own chunk k + 1 in, in one loop (fused_step), so that the stream it
 // reads from memory (its input) and the stream it writes (its output) run at once as in a plain
 // copy, instead of one 2 MiB phase after the other; out of place, the same loop writes its own
-// block from the registers it loaded for the staging copy (the input is read once).
+// block from the registers it loaded for the staging copy (the input is read once). Large
+// blocks go into the staging with cached or streaming stores as Team::stage_policy() learns
+// from the timed steps.
 // Single copy (TPCOMM_SHM_COLL_CMA=on, or auto up to a few MiB per block): each rank
 // publishes its input's address, reads every peer's block straight from the peer's input with
 // process_vm_readv, posts that it is done, and returns once every peer has posted the same
 // (its input is no longer read).
 #include <immintrin.h>
 
+#include <chrono>
 #include <cstring>
 
 #include "collectives/shm/algos.h"
@@ -30,26 +33,32 @@ inline void prefetch_write(const uint8_t* p) { asm volatile("prefetchw %0" : : "
 // 64-byte vectors where the reduction kernels run AVX-512 (TPCOMM_REDUCE_ISA limits both).
 bool use_avx512() { return kernels::active_isa() >= kernels::ReduceIsa::Avx512; }
 
-// The fused loop body on vectors: `in` -> `stage` (cached stores: a peer reads them next),
-// `in` -> `own` (streaming, when kOwn), `peer` -> `pout` (streaming). `pout` (and `own`) are
+// The fused loop body on vectors: `in` -> `stage` (cached stores, or streaming with kNt: a
+// peer reads them next, StagePolicy chooses), `in` -> `own` (streaming, when kOwn), `peer` ->
+// `pout` (streaming). `pout` (and `own`) are
 // aligned to the vector; n is a multiple of 2 vectors. The staging lines are prefetched for
 // writing 2 KiB ahead: the peer read them two chunks ago, and taking them back one store at a
 // time stalled the loop (+5% measured). Measured and dropped: four 4 KiB pages at a time,
 // prefetching the peer's staging, demoting the staging lines with CLDEMOTE (-35%), streaming
 // stores into the staging (-25%: the peer then reads it from memory).
-template <bool kOwn>
+template <bool kOwn, bool kNt>
 __attribute__((target("avx512f,prfchw"))) void fused_avx512(const uint8_t* in, uint8_t* stage,
                                                             uint8_t* own, const uint8_t* peer,
                                                             uint8_t* pout, size_t n) {
   for (size_t i = 0; i < n; i += 128) {
-    if (i + 2048 < n) {
+    if (!kNt && i + 2048 < n) {
       prefetch_write(stage + i + 2048);
       prefetch_write(stage + i + 2048 + 64);
     }
     const __m512i a = _mm512_loadu_si512(in + i), b = _mm512_loadu_si512(in + i + 64);
     const __m512i c = _mm512_loadu_si512(peer + i), d = _mm512_loadu_si512(peer + i + 64);
-    _mm512_storeu_si512(stage + i, a);
-    _mm512_storeu_si512(stage + i + 64, b);
+    if constexpr (kNt) {
+      _mm512_stream_si512(reinterpret_cast<__m512i*>(stage + i), a);
+      _mm512_stream_si512(reinterpret_cast<__m512i*>(stage + i + 64), b);
+    } else {
+      _mm512_storeu_si512(stage + i, a);
+      _mm512_storeu_si512(stage + i + 64, b);
+    }
     if constexpr (kOwn) {
       _mm512_stream_si512(reinterpret_cast<__m512i*>(own + i), a);
       _mm512_stream_si512(reinterpret_cast<__m512i*>(own + i + 64), b);
@@ -59,18 +68,23 @@ __attribute__((target("avx512f,prfchw"))) void fused_avx512(const uint8_t* in, u
   }
 }
 
-template <bool kOwn>
+template <bool kOwn, bool kNt>
 __attribute__((target("avx2,prfchw"))) void fused_avx2(const uint8_t* in, uint8_t* stage,
                                                        uint8_t* own, const uint8_t* peer,
                                                        uint8_t* pout, size_t n) {
   for (size_t i = 0; i < n; i += 64) {
-    if (i + 2048 < n) prefetch_write(stage + i + 2048);
+    if (!kNt && i + 2048 < n) prefetch_write(stage + i + 2048);
     const auto* vi = reinterpret_cast<const __m256i*>(in + i);
     const auto* vp = reinterpret_cast<const __m256i*>(peer + i);
     const __m256i a = _mm256_loadu_si256(vi), b = _mm256_loadu_si256(vi + 1);
     const __m256i c = _mm256_loadu_si256(vp), d = _mm256_loadu_si256(vp + 1);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(stage + i), a);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(stage + i + 32), b);
+    if constexpr (kNt) {
+      _mm256_stream_si256(reinterpret_cast<__m256i*>(stage + i), a);
+      _mm256_stream_si256(reinterpret_cast<__m256i*>(stage + i + 32), b);
+    } else {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(stage + i), a);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(stage + i + 32), b);
+    }
     if constexpr (kOwn) {
       _mm256_stream_si256(reinterpret_cast<__m256i*>(own + i), a);
       _mm256_stream_si256(reinterpret_cast<__m256i*>(own + i + 32), b);
@@ -83,13 +97,15 @@ __attribute__((target("avx2,prfchw"))) void fused_avx2(const uint8_t* in, uint8_
 // One pipelined step: copies `n_in` bytes of the input into this rank's staging (and, out of
 // place, into its own block of the output: `own`, else null) while it copies `n_out` bytes of
 // a peer's staging into the output, in one pass where both overlap. Streaming stores for the
-// output when `stream` (the staging copy stays cached either way).
-void fused_step(const uint8_t* in, uint8_t* stage, uint8_t* own, size_t n_in, const uint8_t* peer,
-                uint8_t* pout, size_t n_out, bool stream) {
+// output when `stream`; for the staging too when `nt_stage` (and the staging side of the
+// vector loop is aligned; else cached stores). Returns whether the staging was streamed.
+bool fused_step(const uint8_t* in, uint8_t* stage, uint8_t* own, size_t n_in, const uint8_t* peer,
+                uint8_t* pout, size_t n_out, bool stream, bool nt_stage) {
   size_t n = std::min(n_in, n_out), done = 0;
   const bool avx512 = use_avx512();
   const size_t vec = avx512 ? 64 : 32;
   static const bool avx2 = __builtin_cpu_supports("avx2");
+  bool streamed = false;
   if (stream && n >= 4096 && (avx512 || avx2)) {
     // Align the peer's destination; the own block shares its alignment unless the block size
     // is odd (then it is copied on its own below).
@@ -99,25 +115,28 @@ void fused_step(const uint8_t* in, uint8_t* stage, uint8_t* own, size_t n_in, co
     std::memcpy(pout, peer, head);
     uint8_t* own_v =
         own && ((reinterpret_cast<uintptr_t>(own + head) & (vec - 1)) == 0) ? own + head : nullptr;
+    streamed = nt_stage && (reinterpret_cast<uintptr_t>(stage + head) & (vec - 1)) == 0;
     const size_t body = (n - head) / (2 * vec) * (2 * vec);
-    if (avx512) {
-      if (own_v) {
-        fused_avx512<true>(in + head, stage + head, own_v, peer + head, pout + head, body);
+    auto run = [&]<bool kOwn, bool kNt>() {
+      if (avx512) {
+        fused_avx512<kOwn, kNt>(in + head, stage + head, own_v, peer + head, pout + head, body);
       } else {
-        fused_avx512<false>(in + head, stage + head, nullptr, peer + head, pout + head, body);
+        fused_avx2<kOwn, kNt>(in + head, stage + head, own_v, peer + head, pout + head, body);
       }
-    } else if (own_v) {
-      fused_avx2<true>(in + head, stage + head, own_v, peer + head, pout + head, body);
+    };
+    if (own_v) {
+      streamed ? run.template operator()<true, true>() : run.template operator()<true, false>();
     } else {
-      fused_avx2<false>(in + head, stage + head, nullptr, peer + head, pout + head, body);
+      streamed ? run.template operator()<false, true>() : run.template operator()<false, false>();
     }
-    if (own && !own_v) copy_out(own + head, stage + head, body, stream);
+    if (own && !own_v) copy_out(own + head, in + head, body, stream);
     done = head + body;
   }
   // Tails (and small or cached steps): one copy after the other.
   std::memcpy(stage + done, in + done, n_in - done);
-  if (own) copy_out(own + done, stage + done, n_in - done, stream);
+  if (own) copy_out(own + done, in + done, n_in - done, stream);
   copy_out(pout + done, peer + done, n_out - done, stream);
+  return streamed;
 }
 
 void allgather_cross(Team& t, const uint8_t* in, uint8_t* out, size_t m, bool in_place,
@@ -193,8 +212,15 @@ void allgather_shm(Team& t, const void* in_v, void* out_v, size_t m) {
       const int r = (me + i) % n;
       t.wait_peer(r, v, kOp);
       if (i == 1 && next) {
-        fused_step(in + off1, t.staging(me, h1), in_place ? nullptr : out + me * m + off1, c1,
-                   t.staging(r, h), out + r * m + off, c, stream);
+        // The policy learns from the steps that move a whole chunk each way.
+        StagePolicy& sp = t.stage_policy();
+        const bool nt = stream && sp.streaming();
+        const auto t0 = std::chrono::steady_clock::now();
+        const bool streamed =
+            fused_step(in + off1, t.staging(me, h1), in_place ? nullptr : out + me * m + off1, c1,
+                       t.staging(r, h), out + r * m + off, c, stream, nt);
+        if (stream && c1 == chunk && c == chunk)
+          sp.record(streamed, c1, std::chrono::steady_clock::now() - t0);
       } else {
         copy_out(out + r * m + off, t.staging(r, h), c, stream);
       }

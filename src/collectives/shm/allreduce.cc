@@ -13,6 +13,7 @@
 //   writes its output at once instead of in four 1 MiB passes one after the other.
 #include <immintrin.h>
 
+#include <chrono>
 #include <cstring>
 
 #include "collectives/shm/algos.h"
@@ -172,9 +173,9 @@ __attribute__((target("avx2"))) inline __m256i add256(__m256i a, __m256i b) {
 }
 
 // One chunk period of the 2-rank all_reduce, as streams of equal length:
-// copy in (`ci_src` -> `ci_dst`, cached: the peer reads it next), reduce (`a` + `b` ->
-// `acc`, cached, for the peer, and -> `rout`, streaming), gather (`g_src` -> `g_out`,
-// streaming).
+// copy in (`ci_src` -> `ci_dst`, for the peer), reduce (`a` + `b` -> `acc`, for the peer,
+// and -> `rout`, streaming), gather (`g_src` -> `g_out`, streaming). The two streams for the
+// peer are cached or streaming as Team::stage_policy() chooses.
 struct Period {
   const uint8_t* ci_src;
   uint8_t* ci_dst;
@@ -191,11 +192,13 @@ struct Period {
 
 // The loop on 64-byte vectors, two per stream per round; `rout` and `g_out` aligned, n a
 // multiple of 128. The cached destinations are prefetched for writing 2 KiB ahead (the peer
-// read those lines a period ago: taken back one store at a time they stall the loop).
-template <AddKind K, bool kIn, bool kGather>
+// read those lines a period ago: taken back one store at a time they stall the loop). With
+// kNt the two staging streams (`ci_dst`, `acc`, then aligned too) take streaming stores
+// instead (Team::stage_policy()).
+template <AddKind K, bool kIn, bool kGather, bool kNt>
 __attribute__((target("avx512f,prfchw"))) void fused_avx512(const Period& p, size_t n) {
   for (size_t i = 0; i < n; i += 128) {
-    if (i + 2048 < n) {
+    if (!kNt && i + 2048 < n) {
       prefetch_write(p.acc + i + 2048);
       prefetch_write(p.acc + i + 2048 + 64);
       if constexpr (kIn) {
@@ -205,14 +208,24 @@ __attribute__((target("avx512f,prfchw"))) void fused_avx512(const Period& p, siz
     }
     if constexpr (kIn) {
       const __m512i x = _mm512_loadu_si512(p.ci_src + i), y = _mm512_loadu_si512(p.ci_src + i + 64);
-      _mm512_storeu_si512(p.ci_dst + i, x);
-      _mm512_storeu_si512(p.ci_dst + i + 64, y);
+      if constexpr (kNt) {
+        _mm512_stream_si512(reinterpret_cast<__m512i*>(p.ci_dst + i), x);
+        _mm512_stream_si512(reinterpret_cast<__m512i*>(p.ci_dst + i + 64), y);
+      } else {
+        _mm512_storeu_si512(p.ci_dst + i, x);
+        _mm512_storeu_si512(p.ci_dst + i + 64, y);
+      }
     }
     const __m512i s0 = add512<K>(_mm512_loadu_si512(p.a + i), _mm512_loadu_si512(p.b + i));
     const __m512i s1 =
         add512<K>(_mm512_loadu_si512(p.a + i + 64), _mm512_loadu_si512(p.b + i + 64));
-    _mm512_storeu_si512(p.acc + i, s0);
-    _mm512_storeu_si512(p.acc + i + 64, s1);
+    if constexpr (kNt) {
+      _mm512_stream_si512(reinterpret_cast<__m512i*>(p.acc + i), s0);
+      _mm512_stream_si512(reinterpret_cast<__m512i*>(p.acc + i + 64), s1);
+    } else {
+      _mm512_storeu_si512(p.acc + i, s0);
+      _mm512_storeu_si512(p.acc + i + 64, s1);
+    }
     _mm512_stream_si512(reinterpret_cast<__m512i*>(p.rout + i), s0);
     _mm512_stream_si512(reinterpret_cast<__m512i*>(p.rout + i + 64), s1);
     if constexpr (kGather) {
@@ -233,23 +246,33 @@ __attribute__((target("avx2"))) inline void nt(uint8_t* q, __m256i v) {
   _mm256_stream_si256(reinterpret_cast<__m256i*>(q), v);
 }
 
+// A staging store: cached, or streaming with kNt.
+template <bool kNt>
+__attribute__((target("avx2"))) inline void stage(uint8_t* q, __m256i v) {
+  if constexpr (kNt) {
+    nt(q, v);
+  } else {
+    st(q, v);
+  }
+}
+
 // The same on 32-byte vectors; n a multiple of 64.
-template <AddKind K, bool kIn, bool kGather>
+template <AddKind K, bool kIn, bool kGather, bool kNt>
 __attribute__((target("avx2,prfchw"))) void fused_avx2(const Period& p, size_t n) {
   for (size_t i = 0; i < n; i += 64) {
-    if (i + 2048 < n) {
+    if (!kNt && i + 2048 < n) {
       prefetch_write(p.acc + i + 2048);
       if constexpr (kIn) prefetch_write(p.ci_dst + i + 2048);
     }
     if constexpr (kIn) {
       const __m256i x = ld(p.ci_src + i), y = ld(p.ci_src + i + 32);
-      st(p.ci_dst + i, x);
-      st(p.ci_dst + i + 32, y);
+      stage<kNt>(p.ci_dst + i, x);
+      stage<kNt>(p.ci_dst + i + 32, y);
     }
     const __m256i s0 = add256<K>(ld(p.a + i), ld(p.b + i));
     const __m256i s1 = add256<K>(ld(p.a + i + 32), ld(p.b + i + 32));
-    st(p.acc + i, s0);
-    st(p.acc + i + 32, s1);
+    stage<kNt>(p.acc + i, s0);
+    stage<kNt>(p.acc + i + 32, s1);
     nt(p.rout + i, s0);
     nt(p.rout + i + 32, s1);
     if constexpr (kGather) {
@@ -261,31 +284,33 @@ __attribute__((target("avx2,prfchw"))) void fused_avx2(const Period& p, size_t n
 }
 
 template <AddKind K, bool kIn, bool kGather>
-void fused_body(bool avx512, const Period& p, size_t n) {
+void fused_body(bool avx512, bool nt_stage, const Period& p, size_t n) {
   if (avx512) {
-    fused_avx512<K, kIn, kGather>(p, n);
+    nt_stage ? fused_avx512<K, kIn, kGather, true>(p, n)
+             : fused_avx512<K, kIn, kGather, false>(p, n);
   } else {
-    fused_avx2<K, kIn, kGather>(p, n);
+    nt_stage ? fused_avx2<K, kIn, kGather, true>(p, n) : fused_avx2<K, kIn, kGather, false>(p, n);
   }
 }
 
 template <AddKind K>
-void fused_dispatch(bool avx512, bool in, bool gather, const Period& p, size_t n) {
+void fused_dispatch(bool avx512, bool nt_stage, bool in, bool gather, const Period& p, size_t n) {
   if (in && gather) {
-    fused_body<K, true, true>(avx512, p, n);
+    fused_body<K, true, true>(avx512, nt_stage, p, n);
   } else if (in) {
-    fused_body<K, true, false>(avx512, p, n);
+    fused_body<K, true, false>(avx512, nt_stage, p, n);
   } else if (gather) {
-    fused_body<K, false, true>(avx512, p, n);
+    fused_body<K, false, true>(avx512, nt_stage, p, n);
   } else {
-    fused_body<K, false, false>(avx512, p, n);
+    fused_body<K, false, false>(avx512, nt_stage, p, n);
   }
 }
 
 // Runs one period: the common length of its streams in the vector loop, the rest (the head
 // that aligns the streamed output, the tails, a misaligned gather) with the kernels and
-// copies of the unfused path.
-void run_period(Period p, AddKind kind, const Reducer& red) {
+// copies of the unfused path. The loop's staging stores stream when `nt_stage` and both
+// staging streams are aligned there; returns whether they did.
+bool run_period(Period p, AddKind kind, const Reducer& red, bool nt_stage) {
   const size_t es = red.esize();
   const bool avx512 = kernels::active_isa() >= kernels::ReduceIsa::Avx512;
   const size_t vec = avx512 ? 64 : 32;
@@ -298,6 +323,7 @@ void run_period(Period p, AddKind kind, const Reducer& red) {
   if (p.ci_bytes > 0) common = std::min(common, p.ci_bytes);
   if (gather) common = std::min(common, p.g_bytes);
   size_t done = 0;
+  bool streamed = false;
   if (head % es == 0 && common >= head + 4096) {
     red.merge(p.acc, p.a, p.b, head / es);
     std::memcpy(p.rout, p.acc, head);
@@ -317,18 +343,23 @@ void run_period(Period p, AddKind kind, const Reducer& red) {
       q.g_src += head;
       q.g_out += head;
     }
+    auto aligned = [&](const uint8_t* x) {
+      return (reinterpret_cast<uintptr_t>(x) & (vec - 1)) == 0;
+    };
+    streamed = nt_stage && aligned(q.acc) && (p.ci_bytes == 0 || aligned(q.ci_dst));
+    const bool in = p.ci_bytes > 0;
     switch (kind) {
       case AddKind::F32:
-        fused_dispatch<AddKind::F32>(avx512, p.ci_bytes > 0, gather, q, body);
+        fused_dispatch<AddKind::F32>(avx512, streamed, in, gather, q, body);
         break;
       case AddKind::F64:
-        fused_dispatch<AddKind::F64>(avx512, p.ci_bytes > 0, gather, q, body);
+        fused_dispatch<AddKind::F64>(avx512, streamed, in, gather, q, body);
         break;
       case AddKind::I32:
-        fused_dispatch<AddKind::I32>(avx512, p.ci_bytes > 0, gather, q, body);
+        fused_dispatch<AddKind::I32>(avx512, streamed, in, gather, q, body);
         break;
       case AddKind::I64:
-        fused_dispatch<AddKind::I64>(avx512, p.ci_bytes > 0, gather, q, body);
+        fused_dispatch<AddKind::I64>(avx512, streamed, in, gather, q, body);
         break;
       case AddKind::None:
         break;
@@ -342,6 +373,7 @@ void run_period(Period p, AddKind kind, const Reducer& red) {
   if (p.ci_bytes > 0) std::memcpy(p.ci_dst + done, p.ci_src + done, p.ci_bytes - done);
   const size_t g_done = gather ? done : 0;
   if (p.g_bytes > 0) copy_out(p.g_out + g_done, p.g_src + g_done, p.g_bytes - g_done, true);
+  return streamed;
 }
 
 // Two ranks, streamed results, a SUM the fused loop computes. Period k copies in this rank's
@@ -387,7 +419,14 @@ void chunked2(Team& t, const uint8_t* in, uint8_t* out, size_t count, const Redu
       p.g_out = out + ((k - 1) * chunk + gb.offset) * es;
       p.g_bytes = gb.count * es;
     }
-    run_period(p, kind, red);
+    // The staging stores as the policy says; it learns from the periods with all three
+    // streams of a whole chunk.
+    StagePolicy& sp = t.stage_policy();
+    const bool nt = sp.streaming();
+    const auto t0 = std::chrono::steady_clock::now();
+    const bool streamed = run_period(p, kind, red, nt);
+    if (prev >= 0 && nb >= 0 && len(k) == chunk && len(k + 1) == chunk)
+      sp.record(streamed, p.red_bytes + p.ci_bytes, std::chrono::steady_clock::now() - t0);
     v = t.post();
     t.release_buf(cur);
     t.wait_all(v, kOp);

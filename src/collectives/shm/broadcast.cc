@@ -1,7 +1,8 @@
 // broadcast by direct reads, in one of three modes the root chooses in the first step (its
 // step descriptor tells the readers; only the root knows whether it is in place):
 //  - staged: the root copies each chunk into its staging (three buffers in turn, so that it
-//    fills the next chunk while the readers copy the last one) and the readers copy it out;
+//    fills the next chunk while the readers copy the last one; large tensors with the stores
+//    Team::stage_policy() chooses) and the readers copy it out;
 //  - direct (TPCOMM_SHM_COLL_CMA=on, or auto up to Team::kAutoDirectMax): the root publishes its input's address and each reader
 //    copies the whole tensor from it with process_vm_readv (single copy) while the root makes
 //    its own copy (out of place);
@@ -74,7 +75,14 @@ void broadcast_shm(Team& t, void* data_v, const void* src_v, size_t bytes, int r
         mode = t.cross_direct(bytes) ? kDirect : root_copies ? kSplit : kStaged;
         *t.desc(root, h) = StepDesc{reinterpret_cast<uint64_t>(src), mode};
       }
-      if (mode != kDirect) std::memcpy(t.staging(root, h), src + off, c);
+      if (mode != kDirect && stream) {
+        // Large: cached or streaming stores, as the policy learns from whole chunks.
+        StagePolicy& sp = t.stage_policy();
+        const bool nt = sp.streaming();
+        sp.timed(nt, c == chunk ? c : 0, [&] { copy_out(t.staging(root, h), src + off, c, nt); });
+      } else if (mode != kDirect) {
+        std::memcpy(t.staging(root, h), src + off, c);
+      }
     }
     const uint64_t v = t.post();
     t.release_buf(h);

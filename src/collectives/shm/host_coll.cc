@@ -98,6 +98,10 @@ std::unique_ptr<HostColl> HostColl::create(Store& store, int rank, int size, Dea
   const std::string cross_cfg = config::get_enum("TPCOMM_SHM_COLL_CMA");
   const int cross_mode = cross_cfg == "off" ? 0 : cross_cfg == "on" ? 2 : 1;
   if (cross_mode != 0) xmem::allow_cross_memory_access();
+  const std::string stores = config::get_enum("TPCOMM_SHM_COLL_STAGE_STORES");
+  const StagePolicy::Mode stage_mode = stores == "cached"      ? StagePolicy::Mode::Cached
+                                       : stores == "streaming" ? StagePolicy::Mode::Streaming
+                                                               : StagePolicy::Mode::Auto;
   const size_t bytes = kStagingOffset + staging;
   std::unique_ptr<HostColl> hc(new HostColl());
   hc->segments_.resize(static_cast<size_t>(size));
@@ -205,6 +209,7 @@ std::unique_ptr<HostColl> HostColl::create(Store& store, int rank, int size, Dea
   for (const MappedSegment& s : hc->segments_) bases.push_back(s.base());
   hc->team_ = std::make_unique<Team>(rank, size, std::move(bases), staging, chunk, spin);
   hc->team_->set_check_calls(config::get_bool("TPCOMM_CHECK_SIGNATURE"));
+  hc->team_->set_stage_policy(StagePolicy(stage_mode));
   // Single-copy reads when every rank can read every peer (the first refusal is logged);
   // blocks from the largest TPCOMM_SHM_COLL_CMA_MIN of the group, and "on" where every rank
   // says so, so that all agree.

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "collectives/shm/stage_policy.h"
 #include "core/deadline.h"
 
 namespace tpcomm::coll::shm {
@@ -230,6 +231,9 @@ class Team {
   void set_check_calls(bool on) { check_calls_ = on; }
   /// Set after a timeout: the phases of the ranks no longer agree.
   bool broken() const { return broken_; }
+  /// How this rank writes the staging chunks of large transfers (cached or streaming stores).
+  StagePolicy& stage_policy() { return stage_policy_; }
+  void set_stage_policy(StagePolicy p) { stage_policy_ = p; }
 
  private:
   FlagLine* flag(int r) const { return reinterpret_cast<FlagLine*>(bases_[r] + kFlagOffset); }
@@ -298,6 +302,7 @@ class Team {
   std::vector<long> pids_;  // empty: no cross reads
   size_t cross_min_ = 0;
   bool cross_always_ = false;
+  StagePolicy stage_policy_;
 };
 
 }  // namespace tpcomm::coll::shm

@@ -1,0 +1,91 @@
+// Internal to src/collectives/shm: how a rank writes a staging chunk that a peer reads next.
+//
+// Cached stores leave the chunk in this core's caches, and the reader fetches it from there:
+// the fastest path where the two cores share a cache. Where they do not (a VM whose host places
+// the two vCPUs far apart: an 8-byte line takes 0.25 us from one to the other instead of 0.05),
+// every cached store to a line the reader fetched last time waits for that line to be taken
+// back from the other core, and the writer's copy into staging falls to ~3-4 GB/s; streaming
+// stores send the chunk through memory instead and keep ~14 GB/s (bench/RESULTS.md, session 11).
+// Which case holds changes while a job runs, so in auto mode the writer times its own copies
+// into staging, keeps a moving average of each kind's rate, writes with the faster one, and
+// now and then writes one chunk with the other to see whether that changed.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+
+namespace tpcomm::coll::shm {
+
+class StagePolicy {
+ public:
+  /// TPCOMM_SHM_COLL_STAGE_STORES: auto, cached or streaming.
+  enum class Mode { Auto, Cached, Streaming };
+  /// Chunks between two tries of the other kind: from kMinProbe, doubled after each try that
+  /// lost (up to kMaxProbe: 1 GiB of 2 MiB chunks), back to kMinProbe after a switch.
+  static constexpr uint32_t kMinProbe = 16, kMaxProbe = 512;
+
+  explicit StagePolicy(Mode mode = Mode::Auto) : mode_(mode) {}
+
+  Mode mode() const { return mode_; }
+
+  /// Whether the next chunk goes in with streaming stores.
+  bool streaming() {
+    if (mode_ != Mode::Auto) return mode_ == Mode::Streaming;
+    // Measure both kinds first (cached first: the common case), then try the other kind
+    // every probe_every_ chunks.
+    if (rate_[0] == 0) return false;
+    if (rate_[1] == 0) return true;
+    if (++since_probe_ >= probe_every_) {
+      since_probe_ = 0;
+      return !best_;
+    }
+    return best_;
+  }
+
+  /// The time a chunk of `bytes` written with `streaming` stores took (the writer's copy, and
+  /// whatever it does in the same loop: the same for both kinds).
+  void record(bool streaming, size_t bytes, std::chrono::nanoseconds took) {
+    if (mode_ != Mode::Auto || bytes == 0) return;
+    const double rate = static_cast<double>(bytes) / static_cast<double>(took.count() + 1);
+    // A try of the other kind replaces its estimate (the old one is stale by then); the kind
+    // in use is averaged, so that one preempted chunk does not flip the choice alone.
+    const bool probe = streaming != best_;
+    double& r = rate_[streaming ? 1 : 0];
+    r = r == 0 || probe ? rate : r + (rate - r) * kWeight;
+    const bool was = best_;
+    best_ = rate_[1] > rate_[0];
+    if (best_ != was) {
+      probe_every_ = kMinProbe;
+      since_probe_ = 0;
+    } else if (probe) {
+      probe_every_ = std::min(probe_every_ * 2, kMaxProbe);
+    }
+  }
+
+  /// Times one chunk's copy into staging and records it.
+  template <class Copy>
+  void timed(bool streaming, size_t bytes, Copy&& copy) {
+    if (mode_ != Mode::Auto) {
+      copy();
+      return;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    copy();
+    record(streaming, bytes, std::chrono::steady_clock::now() - t0);
+  }
+
+  /// Moving-average rate of cached (0) or streaming (1) stores, bytes per ns (0: not measured).
+  double rate(bool streaming) const { return rate_[streaming ? 1 : 0]; }
+
+ private:
+  static constexpr double kWeight = 0.5;  // of each new chunk in the moving average
+  Mode mode_;
+  double rate_[2] = {0, 0};
+  bool best_ = false;  // the faster kind so far (false: cached)
+  uint32_t since_probe_ = 0;
+  uint32_t probe_every_ = kMinProbe;
+};
+
+}  // namespace tpcomm::coll::shm

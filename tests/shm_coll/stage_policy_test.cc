@@ -1,0 +1,89 @@
+// StagePolicy: which stores a rank writes its staging chunks with, learned from its own
+// timings (fed here by hand: deterministic).
+#include "collectives/shm/stage_policy.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+
+namespace tpcomm::coll::shm {
+namespace {
+
+using std::chrono::nanoseconds;
+constexpr size_t kChunk = size_t{2} << 20;
+
+// Feeds `chunks` chunks to `p`: cached stores take `cached_ns` per chunk, streaming ones
+// `streaming_ns`. Returns how many went in streaming.
+int feed(StagePolicy& p, int chunks, long cached_ns, long streaming_ns) {
+  int streamed = 0;
+  for (int i = 0; i < chunks; ++i) {
+    const bool nt = p.streaming();
+    streamed += nt ? 1 : 0;
+    p.record(nt, kChunk, nanoseconds(nt ? streaming_ns : cached_ns));
+  }
+  return streamed;
+}
+
+TEST(StagePolicy, FixedModesNeverChange) {
+  StagePolicy cached(StagePolicy::Mode::Cached), streaming(StagePolicy::Mode::Streaming);
+  EXPECT_EQ(feed(cached, 100, 1000000, 100), 0);
+  EXPECT_EQ(feed(streaming, 100, 100, 1000000), 100);
+  EXPECT_EQ(cached.rate(false), 0.0);  // nothing learned
+}
+
+TEST(StagePolicy, MeasuresCachedThenStreamingThenKeepsTheFaster) {
+  StagePolicy p;
+  EXPECT_FALSE(p.streaming());
+  p.record(false, kChunk, nanoseconds(600000));  // cached: 3.5 GB/s (cores far apart)
+  EXPECT_TRUE(p.streaming());
+  p.record(true, kChunk, nanoseconds(150000));  // streaming: 14 GB/s
+  EXPECT_GT(p.rate(true), p.rate(false));
+  // Streaming from now on, except a try of cached stores every so often.
+  const int n = 1000;
+  const int streamed = feed(p, n, 600000, 150000);
+  EXPECT_GE(streamed, n - 12) << "tries of the slower kind back off";
+  EXPECT_LT(streamed, n) << "the slower kind is still tried now and then";
+}
+
+TEST(StagePolicy, KeepsCachedWhereTheCoresShareACache) {
+  StagePolicy p;
+  const int streamed = feed(p, 1000, 160000, 200000);  // cached 13 GB/s, streaming 10.5
+  EXPECT_LE(streamed, 12);
+  EXPECT_GE(streamed, 1);  // the first measurement, then the backed-off tries
+}
+
+TEST(StagePolicy, FollowsAChangeOfPlacement) {
+  StagePolicy p;
+  feed(p, 200, 160000, 200000);  // cores close: cached
+  EXPECT_GT(p.rate(false), p.rate(true));
+  // The host moves a vCPU away: cached stores slow down at once, and the policy changes
+  // within a few chunks (it is writing with them).
+  int cached_after = 0;
+  for (int i = 0; i < 50; ++i) {
+    const bool nt = p.streaming();
+    if (!nt && i >= 5) ++cached_after;
+    p.record(nt, kChunk, nanoseconds(nt ? 150000 : 600000));
+  }
+  EXPECT_LE(cached_after, 2);
+  // And back: a try of cached stores finds them fast again within the backed-off interval,
+  // after which only the tries of streaming stores remain.
+  const int n = 2 * static_cast<int>(StagePolicy::kMaxProbe);
+  int streamed_late = 0;
+  for (int i = 0; i < n; ++i) {
+    const bool nt = p.streaming();
+    if (nt && i >= n / 2) ++streamed_late;
+    p.record(nt, kChunk, nanoseconds(nt ? 200000 : 160000));
+  }
+  EXPECT_LE(streamed_late, 3);
+  EXPECT_GT(p.rate(false), p.rate(true));
+}
+
+TEST(StagePolicy, IgnoresEmptyRecords) {
+  StagePolicy p;
+  p.record(false, 0, nanoseconds(5));
+  EXPECT_EQ(p.rate(false), 0.0);
+  EXPECT_FALSE(p.streaming());
+}
+
+}  // namespace
+}  // namespace tpcomm::coll::shm
