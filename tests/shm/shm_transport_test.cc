@@ -201,6 +201,16 @@ TEST_F(ShmTransportTest, PutsStagedThroughASmallAreaWithoutCma) {
   set_env("TPCOMM_SHM_STAGE_CHUNK", "16K");
   run_puts(false, true, "48K");
 }
+// The staging chunks written with streaming stores, and with both kinds as auto learns
+// (the tries of the other kind land mid-put): the data is in place at the notification.
+TEST_F(ShmTransportTest, PutsStagedWithStreamingAndLearnedStores) {
+  for (const char* stores : {"streaming", "auto"}) {
+    SCOPED_TRACE(stores);
+    set_env("TPCOMM_SHM_STAGE_STORES", stores);
+    set_env("TPCOMM_SHM_STAGE_CHUNK", "16K");
+    run_puts(true, true, "64K");
+  }
+}
 
 // More puts in flight than there are shared-copy slots, interleaved with messages, in every
 // put mode (staged, shared cross-memory copy, plain cross-memory write, through the ring).

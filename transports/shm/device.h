@@ -41,6 +41,8 @@ struct Settings {
   /// With cross-memory access, bytes a receiver pulls from a staged put's end per claim when
   /// no chunk is staged (0: it only drains).
   size_t stage_pull = 256 << 10;
+  /// How staging chunks are written (TPCOMM_SHM_STAGE_STORES).
+  StagePolicy::Mode stage_stores = StagePolicy::Mode::Auto;
   std::string dir = "/dev/shm";
   /// Reads the registry; throws ConfigError for unusable values.
   static Settings from_config();

@@ -10,6 +10,7 @@
 #include <deque>
 #include <string>
 
+#include "core/stage_policy.h"
 #include "net/socket.h"
 #include "tpcomm/transport/endpoint.hpp"
 #include "transports/shm/ring.h"
@@ -138,6 +139,7 @@ class ShmEndpoint final : public Endpoint {
   /// put), or could not be (then large puts go by cross-memory copies or the ring).
   enum class Stage : uint8_t { Unclaimed, Ready, Unusable };
   Stage stage_ = Stage::Unclaimed;
+  StagePolicy stage_policy_;  ///< cached or streaming stores into our staging area
 
   std::deque<PutOp> puts_;
   uint32_t slot_gen_[kPutSlots] = {};  // last generation used per slot (0: never)

@@ -46,6 +46,12 @@ constexpr Param kShmParams[] = {
    "staged pulls this many bytes from the put's end itself (process_vm_readv) instead of "
    "waiting, while the sender, whose copy is the slower one, stages the front; a multiple of "
    "4K, 0 to only drain.", "shm"},
+  {"TPCOMM_SHM_STAGE_STORES", T::Enum, "auto", "auto|cached|streaming",
+   "shm: how a sender writes the staging chunks of a large put. cached: the receiver fetches "
+   "them from the sender's caches (fastest where the cores share a cache); streaming: through "
+   "memory (steady where cache-to-cache transfers are slow, as between vCPUs their host placed "
+   "far apart); auto: times its own copies and uses the faster kind, trying the other now and "
+   "then (as TPCOMM_SHM_COLL_STAGE_STORES for the collectives).", "shm"},
   {"TPCOMM_SHM_STAGE_SIZE", T::Size, "4M", "",
    "shm: staging area per sender and receiver for large puts (TPCOMM_SHM_STAGE_MIN and up): "
    "the sender copies chunks in while the receiver copies them out, both at memcpy speed "
@@ -95,6 +101,7 @@ Settings Settings::from_config() {
     }
     s.stage_slots = static_cast<uint32_t>(stage / s.stage_chunk);
   }
+  s.stage_stores = StagePolicy::parse(config::get_enum("TPCOMM_SHM_STAGE_STORES"));
   s.dir = config::get_string("TPCOMM_SHM_DIR");
   if (s.dir.empty()) s.dir = "/dev/shm";
   return s;

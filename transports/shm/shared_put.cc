@@ -90,6 +90,7 @@ bool ShmEndpoint::try_stage(PutOp& op) {
       return false;
     }
     stage_ = Stage::Ready;
+    stage_policy_ = StagePolicy(t_.cfg_.stage_stores);
   }
   const int k = free_slot();
   if (k < 0) return false;
@@ -146,7 +147,12 @@ void ShmEndpoint::advance_staged(PutOp& op, size_t& budget) {
     const size_t bytes =
         static_cast<size_t>(std::min<uint64_t>(uint64_t(n) * kStagePage, op.length - off));
     if (free) {
-      std::memcpy(out_.stage() + size_t(s) * chunk, op.src + off, bytes);
+      // Cached or streaming stores (then fenced inside copy_bytes, before the release below),
+      // as the policy learns from whole chunks.
+      const bool nt = stage_policy_.streaming();
+      stage_policy_.timed(nt, bytes == chunk ? bytes : 0, [&] {
+        copy_bytes(out_.stage() + size_t(s) * chunk, op.src + off, bytes, nt);
+      });
       slots[s].pages = n;
       slots[s].chunk.store(first + 1, std::memory_order_release);
       ++op.filled;

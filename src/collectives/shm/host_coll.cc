@@ -98,10 +98,8 @@ std::unique_ptr<HostColl> HostColl::create(Store& store, int rank, int size, Dea
   const std::string cross_cfg = config::get_enum("TPCOMM_SHM_COLL_CMA");
   const int cross_mode = cross_cfg == "off" ? 0 : cross_cfg == "on" ? 2 : 1;
   if (cross_mode != 0) xmem::allow_cross_memory_access();
-  const std::string stores = config::get_enum("TPCOMM_SHM_COLL_STAGE_STORES");
-  const StagePolicy::Mode stage_mode = stores == "cached"      ? StagePolicy::Mode::Cached
-                                       : stores == "streaming" ? StagePolicy::Mode::Streaming
-                                                               : StagePolicy::Mode::Auto;
+  const StagePolicy::Mode stage_mode =
+      StagePolicy::parse(config::get_enum("TPCOMM_SHM_COLL_STAGE_STORES"));
   const size_t bytes = kStagingOffset + staging;
   std::unique_ptr<HostColl> hc(new HostColl());
   hc->segments_.resize(static_cast<size_t>(size));

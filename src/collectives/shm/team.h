@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "collectives/shm/stage_policy.h"
+#include "core/stage_policy.h"
 #include "core/deadline.h"
 
 namespace tpcomm::coll::shm {

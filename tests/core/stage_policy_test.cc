@@ -1,12 +1,12 @@
 // StagePolicy: which stores a rank writes its staging chunks with, learned from its own
 // timings (fed here by hand: deterministic).
-#include "collectives/shm/stage_policy.h"
+#include "core/stage_policy.h"
 
 #include <gtest/gtest.h>
 
 #include <chrono>
 
-namespace tpcomm::coll::shm {
+namespace tpcomm {
 namespace {
 
 using std::chrono::nanoseconds;
@@ -86,4 +86,4 @@ TEST(StagePolicy, IgnoresEmptyRecords) {
 }
 
 }  // namespace
-}  // namespace tpcomm::coll::shm
+}  // namespace tpcomm

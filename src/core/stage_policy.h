@@ -1,9 +1,9 @@
-// Internal to src/collectives/shm: how a rank writes a staging chunk that a peer reads next.
+// How a process writes a staging chunk that a peer process reads next (the shm_direct
+// collectives, src/collectives/shm, and the shm transport's staged puts, transports/shm).
 //
 // Cached stores leave the chunk in this core's caches, and the reader fetches it from there:
 // the fastest path where the two cores share a cache. Where they do not (a VM whose host places
-// the two vCPUs far apart: an 8-byte line takes 0.25 us from one to the other instead of 0.05),
-// every cached store to a line the reader fetched last time waits for that line to be taken
+// the two vCPUs far apart, for seconds to minutes at a time), every cached store to a line the reader fetched last time waits for that line to be taken
 // back from the other core, and the writer's copy into staging falls to ~3-4 GB/s; streaming
 // stores send the chunk through memory instead and keep ~14 GB/s (bench/RESULTS.md, session 11).
 // Which case holds changes while a job runs, so in auto mode the writer times its own copies
@@ -15,8 +15,9 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 
-namespace tpcomm::coll::shm {
+namespace tpcomm {
 
 class StagePolicy {
  public:
@@ -27,6 +28,10 @@ class StagePolicy {
   static constexpr uint32_t kMinProbe = 16, kMaxProbe = 512;
 
   explicit StagePolicy(Mode mode = Mode::Auto) : mode_(mode) {}
+  /// The mode a configuration value names ("cached", "streaming"; anything else: auto).
+  static Mode parse(std::string_view v) {
+    return v == "cached" ? Mode::Cached : v == "streaming" ? Mode::Streaming : Mode::Auto;
+  }
 
   Mode mode() const { return mode_; }
 
@@ -88,4 +93,4 @@ class StagePolicy {
   uint32_t probe_every_ = kMinProbe;
 };
 
-}  // namespace tpcomm::coll::shm
+}  // namespace tpcomm
