@@ -174,8 +174,8 @@ constexpr Param kParams[] = {
    "single cross-memory copy (TPCOMM_SHM_COLL_CMA); the group uses its ranks' largest value.",
    "collectives"},
   {"TPCOMM_SHM_COLL_STAGE_STORES", T::Enum, "auto", "auto|cached|streaming",
-   "How a rank writes the staging chunks of a large shm_direct broadcast or all_gather (from "
-   "TPCOMM_REDUCE_NT_THRESHOLD) that its peers read next. cached: the peers fetch them from "
+   "How a rank writes the staging chunks of a large shm_direct broadcast, all_gather or 2-rank "
+   "all_reduce (from TPCOMM_REDUCE_NT_THRESHOLD) that its peers read next. cached: the peers fetch them from "
    "this core's caches (fastest where the cores share a cache); streaming: through memory "
    "(steady where cache-to-cache transfers are slow, as between vCPUs their host placed far "
    "apart); auto: times its own copies and uses the faster kind, trying the other now and then.",

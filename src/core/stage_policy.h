@@ -2,10 +2,12 @@
 // collectives, src/collectives/shm, and the shm transport's staged puts, transports/shm).
 //
 // Cached stores leave the chunk in this core's caches, and the reader fetches it from there:
-// the fastest path where the two cores share a cache. Where they do not (a VM whose host places
-// the two vCPUs far apart, for seconds to minutes at a time), every cached store to a line the reader fetched last time waits for that line to be taken
-// back from the other core, and the writer's copy into staging falls to ~3-4 GB/s; streaming
-// stores send the chunk through memory instead and keep ~14 GB/s (bench/RESULTS.md, session 11).
+// the fastest path where the two cores share a cache. Where they do not (a VM whose host
+// places the two vCPUs far apart, for seconds to minutes at a time), every cached store to a
+// line the reader fetched last time waits for that line to be taken back from the other core,
+// and the writer's copy into staging falls to ~3-4 GB/s; streaming stores send the chunk
+// through memory instead and keep ~10-14 GB/s (bench/stage_model.cpp, bench/RESULTS.md,
+// session 11).
 // Which case holds changes while a job runs, so in auto mode the writer times its own copies
 // into staging, keeps a moving average of each kind's rate, writes with the faster one, and
 // now and then writes one chunk with the other to see whether that changed.
@@ -21,7 +23,7 @@ namespace tpcomm {
 
 class StagePolicy {
  public:
-  /// TPCOMM_SHM_COLL_STAGE_STORES: auto, cached or streaming.
+  /// TPCOMM_SHM_COLL_STAGE_STORES (collectives) or TPCOMM_SHM_STAGE_STORES (transport).
   enum class Mode { Auto, Cached, Streaming };
   /// Chunks between two tries of the other kind: from kMinProbe, doubled after each try that
   /// lost (up to kMaxProbe: 1 GiB of 2 MiB chunks), back to kMinProbe after a switch.
@@ -35,11 +37,14 @@ class StagePolicy {
 
   Mode mode() const { return mode_; }
 
-  /// Whether the next chunk goes in with streaming stores.
-  bool streaming() {
+  /// Whether the next chunk goes in with streaming stores. `measured`: the caller will
+  /// record() its time; only such chunks try the other kind (a try that is not timed would
+  /// only cost).
+  bool streaming(bool measured = true) {
     if (mode_ != Mode::Auto) return mode_ == Mode::Streaming;
+    if (!measured) return best_;
     // Measure both kinds first (cached first: the common case), then try the other kind
-    // every probe_every_ chunks.
+    // every probe_every_ measured chunks.
     if (rate_[0] == 0) return false;
     if (rate_[1] == 0) return true;
     if (++since_probe_ >= probe_every_) {
@@ -49,10 +54,14 @@ class StagePolicy {
     return best_;
   }
 
-  /// The time a chunk of `bytes` written with `streaming` stores took (the writer's copy, and
-  /// whatever it does in the same loop: the same for both kinds).
-  void record(bool streaming, size_t bytes, std::chrono::nanoseconds took) {
-    if (mode_ != Mode::Auto || bytes == 0) return;
+  /// The time a chunk of `bytes` took that streaming() said to write with `asked` stores and
+  /// that went in with `used` ones (the writer's copy, and whatever it does in the same loop:
+  /// the same work for both kinds, though a loop that also reads a peer's staging feels the
+  /// peer's choice too). A chunk that could not use the kind asked (alignment) teaches nothing
+  /// about the choice and is ignored.
+  void record(bool asked, bool used, size_t bytes, std::chrono::nanoseconds took) {
+    if (mode_ != Mode::Auto || bytes == 0 || asked != used) return;
+    const bool streaming = used;
     const double rate = static_cast<double>(bytes) / static_cast<double>(took.count() + 1);
     // A try of the other kind replaces its estimate (the old one is stale by then); the kind
     // in use is averaged, so that one preempted chunk does not flip the choice alone.
@@ -69,7 +78,8 @@ class StagePolicy {
     }
   }
 
-  /// Times one chunk's copy into staging and records it.
+  /// Times one chunk's copy into staging, written with the kind streaming() gave, and records
+  /// it (bytes 0: not measured).
   template <class Copy>
   void timed(bool streaming, size_t bytes, Copy&& copy) {
     if (mode_ != Mode::Auto) {
@@ -78,7 +88,7 @@ class StagePolicy {
     }
     const auto t0 = std::chrono::steady_clock::now();
     copy();
-    record(streaming, bytes, std::chrono::steady_clock::now() - t0);
+    record(streaming, streaming, bytes, std::chrono::steady_clock::now() - t0);
   }
 
   /// Moving-average rate of cached (0) or streaming (1) stores, bytes per ns (0: not measured).

@@ -19,7 +19,7 @@ int feed(StagePolicy& p, int chunks, long cached_ns, long streaming_ns) {
   for (int i = 0; i < chunks; ++i) {
     const bool nt = p.streaming();
     streamed += nt ? 1 : 0;
-    p.record(nt, kChunk, nanoseconds(nt ? streaming_ns : cached_ns));
+    p.record(nt, nt, kChunk, nanoseconds(nt ? streaming_ns : cached_ns));
   }
   return streamed;
 }
@@ -34,9 +34,9 @@ TEST(StagePolicy, FixedModesNeverChange) {
 TEST(StagePolicy, MeasuresCachedThenStreamingThenKeepsTheFaster) {
   StagePolicy p;
   EXPECT_FALSE(p.streaming());
-  p.record(false, kChunk, nanoseconds(600000));  // cached: 3.5 GB/s (cores far apart)
+  p.record(false, false, kChunk, nanoseconds(600000));  // cached: 3.5 GB/s (cores far apart)
   EXPECT_TRUE(p.streaming());
-  p.record(true, kChunk, nanoseconds(150000));  // streaming: 14 GB/s
+  p.record(true, true, kChunk, nanoseconds(150000));  // streaming: 14 GB/s
   EXPECT_GT(p.rate(true), p.rate(false));
   // Streaming from now on, except a try of cached stores every so often.
   const int n = 1000;
@@ -62,7 +62,7 @@ TEST(StagePolicy, FollowsAChangeOfPlacement) {
   for (int i = 0; i < 50; ++i) {
     const bool nt = p.streaming();
     if (!nt && i >= 5) ++cached_after;
-    p.record(nt, kChunk, nanoseconds(nt ? 150000 : 600000));
+    p.record(nt, nt, kChunk, nanoseconds(nt ? 150000 : 600000));
   }
   EXPECT_LE(cached_after, 2);
   // And back: a try of cached stores finds them fast again within the backed-off interval,
@@ -72,7 +72,7 @@ TEST(StagePolicy, FollowsAChangeOfPlacement) {
   for (int i = 0; i < n; ++i) {
     const bool nt = p.streaming();
     if (nt && i >= n / 2) ++streamed_late;
-    p.record(nt, kChunk, nanoseconds(nt ? 200000 : 160000));
+    p.record(nt, nt, kChunk, nanoseconds(nt ? 200000 : 160000));
   }
   EXPECT_LE(streamed_late, 3);
   EXPECT_GT(p.rate(false), p.rate(true));
@@ -80,9 +80,30 @@ TEST(StagePolicy, FollowsAChangeOfPlacement) {
 
 TEST(StagePolicy, IgnoresEmptyRecords) {
   StagePolicy p;
-  p.record(false, 0, nanoseconds(5));
+  p.record(false, false, 0, nanoseconds(5));
   EXPECT_EQ(p.rate(false), 0.0);
   EXPECT_FALSE(p.streaming());
+}
+
+// A chunk asked to stream that went in cached (its staging side was misaligned) says nothing
+// about the choice: neither estimate moves and the tries do not back off.
+TEST(StagePolicy, IgnoresChunksThatCouldNotUseTheKindAsked) {
+  StagePolicy p;
+  feed(p, 50, 600000, 150000);  // streaming is the choice
+  ASSERT_GT(p.rate(true), p.rate(false));
+  const double cached = p.rate(false), streaming = p.rate(true);
+  for (int i = 0; i < 100; ++i) p.record(true, false, kChunk, nanoseconds(100000));
+  EXPECT_EQ(p.rate(false), cached);
+  EXPECT_EQ(p.rate(true), streaming);
+}
+
+// Chunks that will not be timed take the current choice and never a try of the other kind.
+TEST(StagePolicy, UnmeasuredChunksNeverTryTheOtherKind) {
+  StagePolicy p;
+  feed(p, 20, 600000, 150000);  // streaming is the choice
+  for (int i = 0; i < 5000; ++i) ASSERT_TRUE(p.streaming(false)) << i;
+  StagePolicy fresh;
+  EXPECT_FALSE(fresh.streaming(false));  // nothing learned: cached
 }
 
 }  // namespace

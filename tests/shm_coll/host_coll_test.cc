@@ -226,7 +226,7 @@ INSTANTIATE_TEST_SUITE_P(Ranks, HostCollRanks, ::testing::Values(1, 2, 3, 4, 5, 
 TEST(HostColl, TwoRankFusedAllReduceEveryAlignmentAndIsa) {
   // Each ISA with cached and streaming staging stores, and auto (both, as it learns).
   const std::pair<const char*, const char*> runs[] = {
-      {"auto", "cached"}, {"auto", "streaming"}, {"avx2", "auto"}};
+      {"auto", "cached"}, {"auto", "streaming"}, {"avx2", "streaming"}, {"avx2", "auto"}};
   for (const auto& [isa, stores] : runs) {
     testing::RunOptions o = opts();
     o.env = {{"TPCOMM_SHM_COLL_BYTES", "192K"},
@@ -325,20 +325,34 @@ TEST(HostColl, StagedBroadcastAndAllGatherWithEveryKindOfStagingStores) {
                 }
               }
             }
-            for (size_t m : {size_t{40001}, size_t{65536 * 3}, size_t{65536 * 4 + 100}}) {
-              for (bool in_place : {false, true}) {
-                std::vector<uint8_t> in = pattern(c.rank, m);
-                std::vector<uint8_t> out(m * static_cast<size_t>(n), 0x11);
-                if (in_place) std::memcpy(out.data() + c.rank * m, in.data(), m);
-                AllGatherArgs a;
-                a.input = Tensor::raw(in_place ? out.data() + c.rank * m : in.data(),
-                                      static_cast<int64_t>(m), DType::UInt8);
-                a.output = Tensor::raw(out.data(), static_cast<int64_t>(m) * n, DType::UInt8);
-                ASSERT_TRUE(hc->all_gather(a, dl()));
-                for (int q = 0; q < n; ++q) {
-                  ASSERT_EQ(0, std::memcmp(out.data() + q * m, pattern(q, m).data(), m))
-                      << "all_gather block " << q << " of " << m << " bytes on rank " << c.rank
-                      << how;
+            // Blocks of whole 64 KiB chunks at a 64-byte boundary (the fused steps stream
+            // their staging), then one byte off it (they cannot: cached), and odd sizes.
+            for (size_t m : {size_t{65536 * 3}, size_t{65536 * 4 + 128}, size_t{40001},
+                             size_t{65536 * 4 + 100}}) {
+              for (size_t shift : {size_t{0}, size_t{1}}) {
+                for (bool in_place : {false, true}) {
+                  std::vector<uint8_t> in_buf(m + 128), out_buf(m * n + 128, 0x11);
+                  auto align = [&](std::vector<uint8_t>& v) {
+                    return reinterpret_cast<uint8_t*>(
+                               (reinterpret_cast<uintptr_t>(v.data()) + 63) / 64 * 64) +
+                           shift;
+                  };
+                  uint8_t* out = align(out_buf);
+                  uint8_t* in = in_place ? out + c.rank * m : align(in_buf);
+                  std::memcpy(in, pattern(c.rank, m).data(), m);
+                  AllGatherArgs a;
+                  a.input = Tensor::raw(in, static_cast<int64_t>(m), DType::UInt8);
+                  a.output = Tensor::raw(out, static_cast<int64_t>(m) * n, DType::UInt8);
+                  ASSERT_TRUE(hc->all_gather(a, dl()));
+                  for (int q = 0; q < n; ++q) {
+                    ASSERT_EQ(0, std::memcmp(out + q * m, pattern(q, m).data(), m))
+                        << "all_gather block " << q << " of " << m << " bytes, shift " << shift
+                        << (in_place ? ", in place" : "") << ", on rank " << c.rank << how;
+                  }
+                  if (shift == 0 && m % 64 == 0) {
+                    // Nothing outside the output was written.
+                    ASSERT_EQ(out[m * n], 0x11) << how;
+                  }
                 }
               }
             }

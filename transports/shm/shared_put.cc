@@ -96,8 +96,8 @@ bool ShmEndpoint::try_stage(PutOp& op) {
   if (k < 0) return false;
   // Chunks of a sixteenth of the put, so that both copies overlap from the first chunks on,
   // up to a whole staging slot.
-  const uint64_t chunk =
-      std::clamp<uint64_t>(op.length / 16 & ~uint64_t(4095), 64 << 10, out_.stage_chunk());
+  const uint64_t chunk = std::min<uint64_t>(
+      std::max<uint64_t>(op.length / 16 & ~uint64_t(4095), 64 << 10), out_.stage_chunk());
   const uint64_t pages = (op.length + kStagePage - 1) / kStagePage;
   if (pages > UINT32_MAX / 2) return false;
   PutSlot& ps = put_slots(out_seg_.base())[k];
@@ -149,7 +149,7 @@ void ShmEndpoint::advance_staged(PutOp& op, size_t& budget) {
     if (free) {
       // Cached or streaming stores (then fenced inside copy_bytes, before the release below),
       // as the policy learns from whole chunks.
-      const bool nt = stage_policy_.streaming();
+      const bool nt = stage_policy_.streaming(bytes == chunk);
       stage_policy_.timed(nt, bytes == chunk ? bytes : 0, [&] {
         copy_bytes(out_.stage() + size_t(s) * chunk, op.src + off, bytes, nt);
       });

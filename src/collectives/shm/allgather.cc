@@ -5,8 +5,8 @@
 // reads from memory (its input) and the stream it writes (its output) run at once as in a plain
 // copy, instead of one 2 MiB phase after the other; out of place, the same loop writes its own
 // block from the registers it loaded for the staging copy (the input is read once). Large
-// blocks go into the staging with cached or streaming stores as Team::stage_policy() learns
-// from the timed steps.
+// blocks go into the staging with cached or streaming stores as the Team's StagePolicy for
+// all_gather learns from the timed steps.
 // Single copy (TPCOMM_SHM_COLL_CMA=on, or auto up to a few MiB per block): each rank
 // publishes its input's address, reads every peer's block straight from the peer's input with
 // process_vm_readv, posts that it is done, and returns once every peer has posted the same
@@ -39,8 +39,10 @@ bool use_avx512() { return kernels::active_isa() >= kernels::ReduceIsa::Avx512; 
 // aligned to the vector; n is a multiple of 2 vectors. The staging lines are prefetched for
 // writing 2 KiB ahead: the peer read them two chunks ago, and taking them back one store at a
 // time stalled the loop (+5% measured). Measured and dropped: four 4 KiB pages at a time,
-// prefetching the peer's staging, demoting the staging lines with CLDEMOTE (-35%), streaming
-// stores into the staging (-25%: the peer then reads it from memory).
+// prefetching the peer's staging, demoting the staging lines with CLDEMOTE (-35%). Streaming
+// stores into the staging (kNt) cost 25% where the cores share a cache (the peer then reads
+// it from memory: the Xeon VM of sessions 5-9) and win 2-3x where they do not (the far
+// placement of the session-11 VM), so StagePolicy chooses per chunk.
 template <bool kOwn, bool kNt>
 __attribute__((target("avx512f,prfchw"))) void fused_avx512(const uint8_t* in, uint8_t* stage,
                                                             uint8_t* own, const uint8_t* peer,
@@ -213,14 +215,14 @@ void allgather_shm(Team& t, const void* in_v, void* out_v, size_t m) {
       t.wait_peer(r, v, kOp);
       if (i == 1 && next) {
         // The policy learns from the steps that move a whole chunk each way.
-        StagePolicy& sp = t.stage_policy();
-        const bool nt = stream && sp.streaming();
+        StagePolicy& sp = t.stage_policy(Team::StageUse::AllGather);
+        const bool measured = stream && c1 == chunk && c == chunk;
+        const bool nt = stream && sp.streaming(measured);
         const auto t0 = std::chrono::steady_clock::now();
         const bool streamed =
             fused_step(in + off1, t.staging(me, h1), in_place ? nullptr : out + me * m + off1, c1,
                        t.staging(r, h), out + r * m + off, c, stream, nt);
-        if (stream && c1 == chunk && c == chunk)
-          sp.record(streamed, c1, std::chrono::steady_clock::now() - t0);
+        if (measured) sp.record(nt, streamed, c1, std::chrono::steady_clock::now() - t0);
       } else {
         copy_out(out + r * m + off, t.staging(r, h), c, stream);
       }

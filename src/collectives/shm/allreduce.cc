@@ -175,7 +175,7 @@ __attribute__((target("avx2"))) inline __m256i add256(__m256i a, __m256i b) {
 // One chunk period of the 2-rank all_reduce, as streams of equal length:
 // copy in (`ci_src` -> `ci_dst`, for the peer), reduce (`a` + `b` -> `acc`, for the peer,
 // and -> `rout`, streaming), gather (`g_src` -> `g_out`, streaming). The two streams for the
-// peer are cached or streaming as Team::stage_policy() chooses.
+// peer are cached or streaming as the Team's StagePolicy for all_reduce chooses.
 struct Period {
   const uint8_t* ci_src;
   uint8_t* ci_dst;
@@ -194,7 +194,7 @@ struct Period {
 // multiple of 128. The cached destinations are prefetched for writing 2 KiB ahead (the peer
 // read those lines a period ago: taken back one store at a time they stall the loop). With
 // kNt the two staging streams (`ci_dst`, `acc`, then aligned too) take streaming stores
-// instead (Team::stage_policy()).
+// instead (StagePolicy).
 template <AddKind K, bool kIn, bool kGather, bool kNt>
 __attribute__((target("avx512f,prfchw"))) void fused_avx512(const Period& p, size_t n) {
   for (size_t i = 0; i < n; i += 128) {
@@ -421,12 +421,14 @@ void chunked2(Team& t, const uint8_t* in, uint8_t* out, size_t count, const Redu
     }
     // The staging stores as the policy says; it learns from the periods with all three
     // streams of a whole chunk.
-    StagePolicy& sp = t.stage_policy();
-    const bool nt = sp.streaming();
+    StagePolicy& sp = t.stage_policy(Team::StageUse::AllReduce);
+    const bool measured = prev >= 0 && nb >= 0 && len(k) == chunk && len(k + 1) == chunk;
+    const bool nt = sp.streaming(measured);
     const auto t0 = std::chrono::steady_clock::now();
     const bool streamed = run_period(p, kind, red, nt);
-    if (prev >= 0 && nb >= 0 && len(k) == chunk && len(k + 1) == chunk)
-      sp.record(streamed, p.red_bytes + p.ci_bytes, std::chrono::steady_clock::now() - t0);
+    if (measured) {
+      sp.record(nt, streamed, p.red_bytes + p.ci_bytes, std::chrono::steady_clock::now() - t0);
+    }
     v = t.post();
     t.release_buf(cur);
     t.wait_all(v, kOp);

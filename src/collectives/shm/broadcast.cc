@@ -2,7 +2,7 @@
 // step descriptor tells the readers; only the root knows whether it is in place):
 //  - staged: the root copies each chunk into its staging (three buffers in turn, so that it
 //    fills the next chunk while the readers copy the last one; large tensors with the stores
-//    Team::stage_policy() chooses) and the readers copy it out;
+//    Team's StagePolicy for broadcast chooses) and the readers copy it out;
 //  - direct (TPCOMM_SHM_COLL_CMA=on, or auto up to Team::kAutoDirectMax): the root publishes its input's address and each reader
 //    copies the whole tensor from it with process_vm_readv (single copy) while the root makes
 //    its own copy (out of place);
@@ -70,6 +70,7 @@ void broadcast_shm(Team& t, void* data_v, const void* src_v, size_t bytes, int r
     const bool first = off == 0;
     const size_t c = std::min(chunk, bytes - off);
     const int h = t.acquire_buf(kOp);
+    bool nt = false;  // the root wrote this chunk's staging with streaming stores
     if (is_root) {
       if (first && cross) {
         mode = t.cross_direct(bytes) ? kDirect : root_copies ? kSplit : kStaged;
@@ -77,8 +78,8 @@ void broadcast_shm(Team& t, void* data_v, const void* src_v, size_t bytes, int r
       }
       if (mode != kDirect && stream) {
         // Large: cached or streaming stores, as the policy learns from whole chunks.
-        StagePolicy& sp = t.stage_policy();
-        const bool nt = sp.streaming();
+        StagePolicy& sp = t.stage_policy(Team::StageUse::Broadcast);
+        nt = sp.streaming(c == chunk);
         sp.timed(nt, c == chunk ? c : 0, [&] { copy_out(t.staging(root, h), src + off, c, nt); });
       } else if (mode != kDirect) {
         std::memcpy(t.staging(root, h), src + off, c);
@@ -103,7 +104,10 @@ void broadcast_shm(Team& t, void* data_v, const void* src_v, size_t bytes, int r
       break;
     }
     if (is_root) {
-      if (root_copies) copy_out(data + off, t.staging(root, h), c, stream);  // from the cache
+      // From the cache; from the source when the staging went by streaming stores (reading
+      // it back would fetch it from memory and pull it into this core's cache for the readers
+      // to fetch from, the path streaming avoids).
+      if (root_copies) copy_out(data + off, nt ? src + off : t.staging(root, h), c, stream);
     } else {
       copy_out(data + off, t.staging(root, h), c, stream);
     }

@@ -207,7 +207,7 @@ std::unique_ptr<HostColl> HostColl::create(Store& store, int rank, int size, Dea
   for (const MappedSegment& s : hc->segments_) bases.push_back(s.base());
   hc->team_ = std::make_unique<Team>(rank, size, std::move(bases), staging, chunk, spin);
   hc->team_->set_check_calls(config::get_bool("TPCOMM_CHECK_SIGNATURE"));
-  hc->team_->set_stage_policy(StagePolicy(stage_mode));
+  hc->team_->set_stage_mode(stage_mode);
   // Single-copy reads when every rank can read every peer (the first refusal is logged);
   // blocks from the largest TPCOMM_SHM_COLL_CMA_MIN of the group, and "on" where every rank
   // says so, so that all agree.

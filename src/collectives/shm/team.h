@@ -16,6 +16,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -231,9 +232,14 @@ class Team {
   void set_check_calls(bool on) { check_calls_ = on; }
   /// Set after a timeout: the phases of the ranks no longer agree.
   bool broken() const { return broken_; }
-  /// How this rank writes the staging chunks of large transfers (cached or streaming stores).
-  StagePolicy& stage_policy() { return stage_policy_; }
-  void set_stage_policy(StagePolicy p) { stage_policy_ = p; }
+  /// The collectives that write staging chunks with a StagePolicy: each learns on its own,
+  /// since the loops they time move different amounts per chunk.
+  enum class StageUse { AllReduce, AllGather, Broadcast, kCount };
+  /// How this rank writes the staging chunks of large transfers of `use` (cached or
+  /// streaming stores).
+  StagePolicy& stage_policy(StageUse use) { return stage_policies_[static_cast<size_t>(use)]; }
+  /// Every use's policy in `mode` (TPCOMM_SHM_COLL_STAGE_STORES), nothing learned yet.
+  void set_stage_mode(StagePolicy::Mode mode) { stage_policies_.fill(StagePolicy(mode)); }
 
  private:
   FlagLine* flag(int r) const { return reinterpret_cast<FlagLine*>(bases_[r] + kFlagOffset); }
@@ -302,7 +308,7 @@ class Team {
   std::vector<long> pids_;  // empty: no cross reads
   size_t cross_min_ = 0;
   bool cross_always_ = false;
-  StagePolicy stage_policy_;
+  std::array<StagePolicy, static_cast<size_t>(StageUse::kCount)> stage_policies_;
 };
 
 }  // namespace tpcomm::coll::shm
