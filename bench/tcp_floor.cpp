@@ -8,7 +8,13 @@
 //           it connected and receives on the one it accepted: a 2-rank collective's first
 //           call connects that way), per exchange,
 //   mode 3: mode 1 with a blocking recv() (the process sleeps in the kernel until data comes),
-//   mode 4: mode 2 with TCP_QUICKACK set again after every recv().
+//   mode 4: mode 2 with TCP_QUICKACK set again after every recv(),
+//   mode 5: mode 2 polling the socket with poll() (which does not take the socket's lock) and
+//           calling recv() only once it is readable,
+//   mode 6: mode 0 (ping-pong) the same way,
+//   mode 7: mode 2 with TCP_QUICKACK cleared after every recv() (delayed acknowledgements: the
+//           receive-only socket then acknowledges in batches instead of segment by segment),
+//   mode 8: mode 7 clearing it after every 16th recv() only.
 // Prints min / p25 / median per batch, in us.
 //
 //   g++ -O2 -std=c++20 -o /tmp/tcp_floor bench/tcp_floor.cpp && /tmp/tcp_floor [mode...]
@@ -16,6 +22,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sched.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -80,10 +87,15 @@ void send8(int fd, uint64_t v) {
   if (send(fd, &v, 8, 0) != 8) die("send");
 }
 
-uint64_t recv8(int fd, bool quickack) {
+uint64_t recv8(int fd, int quickack, bool poll_first = false) {
   uint64_t v = 0;
   size_t got = 0;
   while (got < 8) {
+    if (poll_first) {
+      pollfd p{fd, POLLIN, 0};
+      while (::poll(&p, 1, 0) == 0) {
+      }
+    }
     ssize_t n = recv(fd, reinterpret_cast<char*>(&v) + got, 8 - got, 0);
     if (n > 0) {
       got += static_cast<size_t>(n);
@@ -91,36 +103,38 @@ uint64_t recv8(int fd, bool quickack) {
       die("recv");
     }
   }
-  if (quickack) {
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_QUICKACK, &one, sizeof(one));
+  static unsigned calls = 0;
+  if (quickack >= 0 && (quickack < 2 || ++calls % 16 == 0)) {
+    int v = quickack == 2 ? 0 : quickack;
+    setsockopt(fd, IPPROTO_TCP, TCP_QUICKACK, &v, sizeof(v));
   }
   return v;
 }
 
 // One process's side; `me` 0 or 1. Returns per-batch us per round (one way for mode 0).
 std::vector<double> side(int me, int mode, int out, int in) {
-  const bool quickack = mode == 4;
+  const int quickack = mode == 4 ? 1 : mode == 7 ? 0 : mode == 8 ? 2 : -1;
+  const bool poll_first = mode == 5 || mode == 6;
   std::vector<double> batches;
   for (int b = 0; b < kBatches + 1; ++b) {
     auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < kRounds; ++i) {
-      if (mode == 0) {
+      if (mode == 0 || mode == 6) {
         if (me == 0) {
           send8(out, i);
-          recv8(in, false);
+          recv8(in, -1, poll_first);
         } else {
-          uint64_t v = recv8(in, false);
+          uint64_t v = recv8(in, -1, poll_first);
           send8(out, v + 1);
         }
       } else {
         send8(out, i);
-        recv8(in, quickack);
+        recv8(in, quickack, poll_first);
       }
     }
     double us = std::chrono::duration<double, std::micro>(
                     std::chrono::steady_clock::now() - t0).count() / kRounds;
-    if (mode == 0) us /= 2;
+    if (mode == 0 || mode == 6) us /= 2;
     if (b > 0) batches.push_back(us);  // batch 0 warms up
   }
   return batches;
@@ -138,7 +152,7 @@ void run(int mode) {
   const int me = child == 0 ? 1 : 0;
   pin(me);
   int out = -1, in = -1;
-  if (mode == 2 || mode == 4) {
+  if (mode == 2 || mode == 4 || mode == 5 || mode == 7 || mode == 8) {
     // Each process dials its own socket (process 0 to la, process 1 to lb) and sends on it;
     // it receives on the one the other dialed.
     if (me == 0) {
@@ -179,7 +193,7 @@ void run(int mode) {
 int main(int argc, char** argv) {
   std::vector<int> modes;
   for (int i = 1; i < argc; ++i) modes.push_back(std::atoi(argv[i]));
-  if (modes.empty()) modes = {0, 1, 2, 3, 4};
+  if (modes.empty()) modes = {0, 1, 2, 3, 4, 5, 6, 7, 8};
   for (int m : modes) run(m);
   return 0;
 }
