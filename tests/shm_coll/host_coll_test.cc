@@ -227,7 +227,10 @@ TEST(HostColl, TwoRankFusedAllReduceEveryAlignmentAndIsa) {
   // Each ISA with cached and streaming staging stores, and auto (both, as it learns).
   const std::pair<const char*, const char*> runs[] = {
       {"auto", "cached"}, {"auto", "streaming"}, {"avx2", "streaming"}, {"avx2", "auto"}};
-  for (const auto& [isa, stores] : runs) {
+  for (const auto& run : runs) {
+    // (Plain names, not a structured binding: clang before 16 cannot capture one.)
+    const char* isa = run.first;
+    const char* stores = run.second;
     testing::RunOptions o = opts();
     o.env = {{"TPCOMM_SHM_COLL_BYTES", "192K"},
              {"TPCOMM_SHM_COLL_CHUNK", "64K"},
@@ -292,7 +295,10 @@ TEST(HostColl, TwoRankFusedAllReduceEveryAlignmentAndIsa) {
 TEST(HostColl, StagedBroadcastAndAllGatherWithEveryKindOfStagingStores) {
   const std::pair<const char*, const char*> runs[] = {
       {"auto", "cached"}, {"auto", "streaming"}, {"auto", "auto"}, {"avx2", "streaming"}};
-  for (const auto& [isa, stores] : runs) {
+  for (const auto& run : runs) {
+    // (Plain names, not a structured binding: clang before 16 cannot capture one.)
+    const char* isa = run.first;
+    const char* stores = run.second;
     testing::RunOptions o = opts();
     o.env = {{"TPCOMM_SHM_COLL_BYTES", "192K"},      {"TPCOMM_SHM_COLL_CHUNK", "64K"},
              {"TPCOMM_REDUCE_NT_THRESHOLD", "4K"},   {"TPCOMM_REDUCE_ISA", isa},
