@@ -68,8 +68,13 @@ class StagePolicy {
     const bool probe = streaming != best_;
     double& r = rate_[streaming ? 1 : 0];
     r = r == 0 || probe ? rate : r + (rate - r) * kWeight;
+    ++chunks_[streaming ? 1 : 0];
+    // The other kind takes over only when clearly faster: where both are close (the cores
+    // share a cache: 10-25% apart) the timings of loops that also read a peer's staging are
+    // noisier than that, and switching on noise made two ranks flip back and forth (a 256 MiB
+    // all_gather: 500-800 chunks of each kind per rank in 25 calls).
     const bool was = best_;
-    best_ = rate_[1] > rate_[0];
+    if (rate_[was ? 0 : 1] > kSwitch * rate_[was ? 1 : 0]) best_ = !was;
     if (best_ != was) {
       probe_every_ = kMinProbe;
       since_probe_ = 0;
@@ -93,11 +98,15 @@ class StagePolicy {
 
   /// Moving-average rate of cached (0) or streaming (1) stores, bytes per ns (0: not measured).
   double rate(bool streaming) const { return rate_[streaming ? 1 : 0]; }
+  /// Chunks timed with each kind so far (cached, streaming), for the logs.
+  uint64_t timed_chunks(bool streaming) const { return chunks_[streaming ? 1 : 0]; }
 
  private:
   static constexpr double kWeight = 0.5;  // of each new chunk in the moving average
+  static constexpr double kSwitch = 1.25;  // how much faster the other kind must be
   Mode mode_;
   double rate_[2] = {0, 0};
+  uint64_t chunks_[2] = {0, 0};
   bool best_ = false;  // the faster kind so far (false: cached)
   uint32_t since_probe_ = 0;
   uint32_t probe_every_ = kMinProbe;

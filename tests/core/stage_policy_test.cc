@@ -72,7 +72,7 @@ TEST(StagePolicy, FollowsAChangeOfPlacement) {
   for (int i = 0; i < n; ++i) {
     const bool nt = p.streaming();
     if (nt && i >= n / 2) ++streamed_late;
-    p.record(nt, nt, kChunk, nanoseconds(nt ? 200000 : 160000));
+    p.record(nt, nt, kChunk, nanoseconds(nt ? 200000 : 120000));
   }
   EXPECT_LE(streamed_late, 3);
   EXPECT_GT(p.rate(false), p.rate(true));
@@ -95,6 +95,17 @@ TEST(StagePolicy, IgnoresChunksThatCouldNotUseTheKindAsked) {
   for (int i = 0; i < 100; ++i) p.record(true, false, kChunk, nanoseconds(100000));
   EXPECT_EQ(p.rate(false), cached);
   EXPECT_EQ(p.rate(true), streaming);
+}
+
+// Close rates (within the switching margin) keep the current kind: noise does not flip it.
+TEST(StagePolicy, KeepsItsKindWhileTheOtherIsOnlySlightlyFaster) {
+  StagePolicy p;
+  feed(p, 100, 160000, 150000);  // streaming 7% faster: stays cached
+  EXPECT_LE(feed(p, 1000, 160000, 150000), 12);
+  StagePolicy q;
+  feed(q, 100, 600000, 150000);  // streaming 4x faster: switches
+  const int streamed = feed(q, 1000, 150000, 140000);  // cached back, but not clearly faster
+  EXPECT_GE(streamed, 988) << "stays with streaming";
 }
 
 // Chunks that will not be timed take the current choice and never a try of the other kind.

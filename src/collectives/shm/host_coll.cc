@@ -240,7 +240,19 @@ std::unique_ptr<HostColl> HostColl::create(Store& store, int rank, int size, Dea
   return hc;
 }
 
-HostColl::~HostColl() = default;
+HostColl::~HostColl() {
+  if (!team_ || !log::enabled(log::Level::Info, log::Subsys::COLL)) return;
+  // What each collective's staging-store policy learned (docs/shm_collectives.md).
+  const char* names[] = {"all_reduce", "all_gather", "broadcast"};
+  for (int u = 0; u < static_cast<int>(Team::StageUse::kCount); ++u) {
+    const StagePolicy& p = team_->stage_policy(static_cast<Team::StageUse>(u));
+    if (p.timed_chunks(false) + p.timed_chunks(true) == 0) continue;
+    TPLOG(INFO, COLL) << "shm_direct: rank " << team_->rank() << " " << names[u]
+                       << " staging stores: cached " << p.timed_chunks(false) << " chunks, "
+                       << p.rate(false) << " GB/s; streaming " << p.timed_chunks(true)
+                       << " chunks, " << p.rate(true) << " GB/s";
+  }
+}
 
 int HostColl::rank() const { return team_->rank(); }
 int HostColl::size() const { return team_->size(); }
