@@ -3,9 +3,9 @@
 //  - staged: the root copies each chunk into its staging (three buffers in turn, so that it
 //    fills the next chunk while the readers copy the last one; large tensors with the stores
 //    Team's StagePolicy for broadcast chooses) and the readers copy it out;
-//  - direct (TPCOMM_SHM_COLL_CMA=on, or auto up to Team::kAutoDirectMax): the root publishes its input's address and each reader
-//    copies the whole tensor from it with process_vm_readv (single copy) while the root makes
-//    its own copy (out of place);
+//  - direct (TPCOMM_SHM_COLL_CMA=on, or auto up to Team::kAutoDirectMax): the root publishes
+//    its input's address and each reader copies the whole tensor from it with
+//    process_vm_readv (single copy) while the root makes its own copy (out of place);
 //  - split (auto, root out of place): rounds of one staged chunk followed by a piece the
 //    readers read directly (kSplitNum/kSplitDen of a chunk) while the root copies that piece
 //    to its own output, so that the root's two copies per staged byte and the readers' slower
