@@ -71,7 +71,8 @@ tpcomm_run() {  # transport peer-name
 echo "META load $(cut -d' ' -f1-3 /proc/loadavg) before the run, $(nproc) cores" >"$OUT/meta.txt"
 # The floor of the minute: an 8-byte exchange of two processes through one shared cache line
 # (bench/exchange_floor.cpp mode 1), what shm 8-byte all_reduce costs at least. It moves with
-# the vCPUs' placement (0.06-0.19 us on the development VM), so each table carries its own.
+# the vCPUs' placement (0.06-0.19 us on the development VM; 0.05-0.06 close and 0.25 far on the
+# session-11 Zen 4 VM), so each table carries its own.
 floor() {
   [[ -x $OUT/exchange_floor ]] || return
   local f
