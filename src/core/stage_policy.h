@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
+#include <type_traits>
 
 namespace tpcomm {
 
@@ -37,9 +38,9 @@ class StagePolicy {
 
   Mode mode() const { return mode_; }
 
-  /// Whether the next chunk goes in with streaming stores. `measured`: the caller will
-  /// record() its time; only such chunks try the other kind (a try that is not timed would
-  /// only cost).
+  /// Whether the next chunk goes in with streaming stores (write() asks, and callers that time
+  /// their chunks themselves). `measured`: the caller will record() its time; only such
+  /// chunks try the other kind (a try that is not timed would only cost).
   bool streaming(bool measured = true) {
     if (mode_ != Mode::Auto) return mode_ == Mode::Streaming;
     if (!measured) return best_;
@@ -83,17 +84,18 @@ class StagePolicy {
     }
   }
 
-  /// Times one chunk's copy into staging, written with the kind streaming() gave, and records
-  /// it (bytes 0: not measured).
+  /// Writes one chunk of `bytes` into staging: calls `copy(nt)` with the kind streaming()
+  /// gives (nt: streaming stores), timed and recorded when `measured`. `copy` returns the kind
+  /// it used (false where it had to fall back to cached stores), or nothing when it always
+  /// uses the kind given. Returns the kind used.
   template <class Copy>
-  void timed(bool streaming, size_t bytes, Copy&& copy) {
-    if (mode_ != Mode::Auto) {
-      copy();
-      return;
-    }
+  bool write(size_t bytes, bool measured, Copy&& copy) {
+    const bool nt = streaming(measured);
+    if (mode_ != Mode::Auto || !measured) return run(copy, nt);
     const auto t0 = std::chrono::steady_clock::now();
-    copy();
-    record(streaming, streaming, bytes, std::chrono::steady_clock::now() - t0);
+    const bool used = run(copy, nt);
+    record(nt, used, bytes, std::chrono::steady_clock::now() - t0);
+    return used;
   }
 
   /// Moving-average rate of cached (0) or streaming (1) stores, bytes per ns (0: not measured).
@@ -102,6 +104,16 @@ class StagePolicy {
   uint64_t timed_chunks(bool streaming) const { return chunks_[streaming ? 1 : 0]; }
 
  private:
+  template <class Copy>
+  static bool run(Copy& copy, bool nt) {
+    if constexpr (std::is_void_v<decltype(copy(nt))>) {
+      copy(nt);
+      return nt;
+    } else {
+      return copy(nt);
+    }
+  }
+
   static constexpr double kWeight = 0.5;  // of each new chunk in the moving average
   static constexpr double kSwitch = 1.25;  // how much faster the other kind must be
   Mode mode_;

@@ -149,8 +149,7 @@ void ShmEndpoint::advance_staged(PutOp& op, size_t& budget) {
     if (free) {
       // Cached or streaming stores (then fenced inside copy_bytes, before the release below),
       // as the policy learns from whole chunks.
-      const bool nt = stage_policy_.streaming(bytes == chunk);
-      stage_policy_.timed(nt, bytes == chunk ? bytes : 0, [&] {
+      stage_policy_.write(bytes, bytes == chunk, [&](bool nt) {
         copy_bytes(out_.stage() + size_t(s) * chunk, op.src + off, bytes, nt);
       });
       slots[s].pages = n;

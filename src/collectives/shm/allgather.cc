@@ -13,7 +13,6 @@
 // (its input is no longer read).
 #include <immintrin.h>
 
-#include <chrono>
 #include <cstring>
 
 #include "collectives/shm/algos.h"
@@ -215,14 +214,12 @@ void allgather_shm(Team& t, const void* in_v, void* out_v, size_t m) {
       t.wait_peer(r, v, kOp);
       if (i == 1 && next) {
         // The policy learns from the steps that move a whole chunk each way.
-        StagePolicy& sp = t.stage_policy(Team::StageUse::AllGather);
-        const bool measured = stream && c1 == chunk && c == chunk;
-        const bool nt = stream && sp.streaming(measured);
-        const auto t0 = std::chrono::steady_clock::now();
-        const bool streamed =
-            fused_step(in + off1, t.staging(me, h1), in_place ? nullptr : out + me * m + off1, c1,
-                       t.staging(r, h), out + r * m + off, c, stream, nt);
-        if (measured) sp.record(nt, streamed, c1, std::chrono::steady_clock::now() - t0);
+        t.stage_policy(Team::StageUse::AllGather)
+            .write(c1, stream && c1 == chunk && c == chunk, [&](bool nt) {
+              return fused_step(in + off1, t.staging(me, h1),
+                                in_place ? nullptr : out + me * m + off1, c1, t.staging(r, h),
+                                out + r * m + off, c, stream, stream && nt);
+            });
       } else {
         copy_out(out + r * m + off, t.staging(r, h), c, stream);
       }

@@ -13,7 +13,6 @@
 //   writes its output at once instead of in four 1 MiB passes one after the other.
 #include <immintrin.h>
 
-#include <chrono>
 #include <cstring>
 
 #include "collectives/shm/algos.h"
@@ -190,6 +189,16 @@ struct Period {
   size_t g_bytes;
 };
 
+// A staging store of 64 bytes: cached, or streaming with kNt (then `q` is aligned).
+template <bool kNt>
+__attribute__((target("avx512f"))) inline void stage512(uint8_t* q, __m512i v) {
+  if constexpr (kNt) {
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(q), v);
+  } else {
+    _mm512_storeu_si512(q, v);
+  }
+}
+
 // The loop on 64-byte vectors, two per stream per round; `rout` and `g_out` aligned, n a
 // multiple of 128. The cached destinations are prefetched for writing 2 KiB ahead (the peer
 // read those lines a period ago: taken back one store at a time they stall the loop). With
@@ -208,24 +217,14 @@ __attribute__((target("avx512f,prfchw"))) void fused_avx512(const Period& p, siz
     }
     if constexpr (kIn) {
       const __m512i x = _mm512_loadu_si512(p.ci_src + i), y = _mm512_loadu_si512(p.ci_src + i + 64);
-      if constexpr (kNt) {
-        _mm512_stream_si512(reinterpret_cast<__m512i*>(p.ci_dst + i), x);
-        _mm512_stream_si512(reinterpret_cast<__m512i*>(p.ci_dst + i + 64), y);
-      } else {
-        _mm512_storeu_si512(p.ci_dst + i, x);
-        _mm512_storeu_si512(p.ci_dst + i + 64, y);
-      }
+      stage512<kNt>(p.ci_dst + i, x);
+      stage512<kNt>(p.ci_dst + i + 64, y);
     }
     const __m512i s0 = add512<K>(_mm512_loadu_si512(p.a + i), _mm512_loadu_si512(p.b + i));
     const __m512i s1 =
         add512<K>(_mm512_loadu_si512(p.a + i + 64), _mm512_loadu_si512(p.b + i + 64));
-    if constexpr (kNt) {
-      _mm512_stream_si512(reinterpret_cast<__m512i*>(p.acc + i), s0);
-      _mm512_stream_si512(reinterpret_cast<__m512i*>(p.acc + i + 64), s1);
-    } else {
-      _mm512_storeu_si512(p.acc + i, s0);
-      _mm512_storeu_si512(p.acc + i + 64, s1);
-    }
+    stage512<kNt>(p.acc + i, s0);
+    stage512<kNt>(p.acc + i + 64, s1);
     _mm512_stream_si512(reinterpret_cast<__m512i*>(p.rout + i), s0);
     _mm512_stream_si512(reinterpret_cast<__m512i*>(p.rout + i + 64), s1);
     if constexpr (kGather) {
@@ -421,14 +420,10 @@ void chunked2(Team& t, const uint8_t* in, uint8_t* out, size_t count, const Redu
     }
     // The staging stores as the policy says; it learns from the periods with all three
     // streams of a whole chunk.
-    StagePolicy& sp = t.stage_policy(Team::StageUse::AllReduce);
     const bool measured = prev >= 0 && nb >= 0 && len(k) == chunk && len(k + 1) == chunk;
-    const bool nt = sp.streaming(measured);
-    const auto t0 = std::chrono::steady_clock::now();
-    const bool streamed = run_period(p, kind, red, nt);
-    if (measured) {
-      sp.record(nt, streamed, p.red_bytes + p.ci_bytes, std::chrono::steady_clock::now() - t0);
-    }
+    t.stage_policy(Team::StageUse::AllReduce)
+        .write(p.red_bytes + p.ci_bytes, measured,
+               [&](bool nt) { return run_period(p, kind, red, nt); });
     v = t.post();
     t.release_buf(cur);
     t.wait_all(v, kOp);

@@ -78,9 +78,9 @@ void broadcast_shm(Team& t, void* data_v, const void* src_v, size_t bytes, int r
       }
       if (mode != kDirect && stream) {
         // Large: cached or streaming stores, as the policy learns from whole chunks.
-        StagePolicy& sp = t.stage_policy(Team::StageUse::Broadcast);
-        nt = sp.streaming(c == chunk);
-        sp.timed(nt, c == chunk ? c : 0, [&] { copy_out(t.staging(root, h), src + off, c, nt); });
+        nt = t.stage_policy(Team::StageUse::Broadcast).write(c, c == chunk, [&](bool s) {
+          copy_out(t.staging(root, h), src + off, c, s);
+        });
       } else if (mode != kDirect) {
         std::memcpy(t.staging(root, h), src + off, c);
       }
