@@ -85,6 +85,21 @@ TEST(TcpWire, FramesAreValidated) {
   EXPECT_NE(err.find("exceeds"), std::string::npos);
   b[0] = 77;
   EXPECT_FALSE(decode_frame(b, 1024, &err));
+  // Control frames (goodbye, the move of a pair's messages) carry nothing.
+  for (FrameKind k : {FrameKind::Bye, FrameKind::Switch}) {
+    Frame c;
+    c.kind = k;
+    encode_frame(c, b);
+    auto ok = decode_frame(b, 1024, &err);
+    ASSERT_TRUE(ok);
+    EXPECT_EQ(ok->kind, k);
+    c.len = 1;
+    encode_frame(c, b);
+    EXPECT_FALSE(decode_frame(b, 1024, &err));
+    EXPECT_NE(err.find("control frame"), std::string::npos);
+  }
+  b[0] = 5;  // no such kind
+  EXPECT_FALSE(decode_frame(b, 1024, &err));
 }
 
 }  // namespace

@@ -171,6 +171,76 @@ TEST_P(TcpTransportTest, PutsAndNewPeersMoveWhileOneSocketIsHot) {
   EXPECT_TRUE(sa.errors.empty() && sb.errors.empty() && sc.errors.empty());
 }
 
+// Both ranks connect at once (a 2-rank collective's first call): rank 1 moves its messages
+// onto the socket rank 0 connected, behind a Switch on its own socket. Messages rank 1 queued
+// before the move (a backlog its own socket could not take yet) arrive before those sent after
+// it, which rank 0 could read first: rank 0 holds its own socket until the Switch. A put still
+// travels on rank 1's own sockets; rank 0's messages arrive in order too.
+TEST_P(TcpTransportTest, BothConnectThenMessagesShareOneSocketInOrder) {
+  set_env("TPCOMM_SOCKET_BUFSIZE", "128K");  // a backlog after a few messages
+  auto a = make_tcp(0, 2), b = make_tcp(1, 2);
+  Sink sa, sb;
+  auto deadline = Clock::now() + 30s;
+  Endpoint& ba = b->connect(0, a->address(), deadline);
+  Endpoint& ab = a->connect(1, b->address(), deadline);  // before rank 0 accepted rank 1's
+  auto& ta = static_cast<tcp::TcpEndpoint&>(ab);
+  auto& tb = static_cast<tcp::TcpEndpoint&>(ba);
+  // Rank 0 alone first: it accepts rank 1's sockets (it is the lower rank: it does not move).
+  ASSERT_TRUE(pump({{a.get(), &sa}}, [&] { return ta.sockets.size() == 6; }));
+  // Rank 1's first round reads the acknowledgements (ready) and accepts rank 0's sockets; the
+  // next one reads their hello and moves.
+  b->progress(sb);
+  ASSERT_TRUE(ba.ready());
+  ASSERT_EQ(tb.msg_tx_, nullptr);
+  uint32_t next_b = 0, next_a = 0;
+  auto send_from = [](Endpoint& e, uint32_t& next, size_t bytes) {
+    std::vector<uint32_t> v(bytes / 4, next);
+    iovec one{v.data(), bytes};
+    PostStatus st = e.send({&one, 1});
+    if (st == PostStatus::Ok) ++next;
+    return st;
+  };
+  // More than the socket buffers take (the kernel doubles 128K, the window grows to a few).
+  while (tb.tx[0]->queued_bytes < (2u << 20) && next_b < 500)
+    ASSERT_EQ(send_from(ba, next_b, 64 << 10), PostStatus::Ok);
+  ASSERT_GE(tb.tx[0]->queued_bytes, 2u << 20) << "no backlog: the test lost its point";
+  ASSERT_TRUE(pump({{b.get(), &sb}}, [&] { return tb.msg_tx_ != nullptr; }))
+      << "rank 1 never moved its messages";
+  EXPECT_FALSE(tb.msg_tx_->initiated);  // the socket rank 0 connected
+  // Rank 0 alone: it reads the answer to its connection (the move) and what of the backlog
+  // its socket holds; the rest, and the Switch behind it, stay queued in rank 1.
+  for (int i = 0; i < 20; ++i) a->progress(sa);
+  ASSERT_TRUE(ta.hold_);
+  size_t got_before = sa.messages.size();
+  ASSERT_LT(got_before, next_b);
+  // Sent after the move, these reach rank 0's own socket at once: it must not deliver them yet.
+  for (int i = 0; i < 100; ++i) ASSERT_EQ(send_from(ba, next_b, 4), PostStatus::Ok);
+  for (int i = 0; i < 20; ++i) a->progress(sa);
+  EXPECT_EQ(sa.messages.size(), got_before);
+  // A put from rank 1 still goes on its own sockets.
+  std::vector<uint8_t> dst(1 << 20, 0), src(1 << 20);
+  for (size_t j = 0; j < src.size(); ++j) src[j] = pattern(11, j);
+  auto rdst = a->register_memory(dst.data(), dst.size(), Device::cpu());
+  auto rsrc = b->register_memory(src.data(), src.size(), Device::cpu());
+  ASSERT_EQ(ba.put(*rsrc, 0, rdst->remote_key(), 0, src.size(), 7, 3), PostStatus::Ok);
+  ASSERT_TRUE(pump({{a.get(), &sa}, {b.get(), &sb}}, [&] { return ab.ready(); }));
+  for (int i = 0; i < 100; ++i) ASSERT_EQ(send_from(ab, next_a, 4), PostStatus::Ok);
+  ASSERT_TRUE(pump({{a.get(), &sa}, {b.get(), &sb}}, [&] {
+    return sa.messages.size() == next_b && sb.messages.size() == next_a && !sa.arrived.empty();
+  })) << sa.messages.size() << " of " << next_b << " and " << sb.messages.size() << " of "
+      << next_a;
+  for (Sink* s : {&sa, &sb})
+    for (size_t i = 0; i < s->messages.size(); ++i) {
+      uint32_t got;
+      ASSERT_GE(s->messages[i].size(), 4u);
+      std::memcpy(&got, s->messages[i].data(), 4);
+      ASSERT_EQ(got, i) << "message " << i << " out of order";
+    }
+  EXPECT_EQ(sa.arrived[0], 7u);
+  EXPECT_TRUE(dst == src);
+  EXPECT_TRUE(sa.errors.empty() && sb.errors.empty());
+}
+
 // Garbage where a frame header should be fails the link naming the rank and what was wrong;
 // garbage instead of a handshake is refused without harm.
 TEST_P(TcpTransportTest, GarbageIsRefusedNamingTheRank) {

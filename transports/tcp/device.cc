@@ -75,7 +75,7 @@ TcpTransport::TcpTransport(const transport::TransportContext& ctx, const Options
   ev.data.ptr = nullptr;  // the listener
   epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, listener_.get(), &ev);
   TPLOG(INFO, TCP) << "rank " << ctx_.rank << ": tcp listening on " << listen_addr_ << " ("
-                   << ifname << "), " << opt_.nsocks << " sockets per peer";
+                   << ifname << "), " << opt_.nsocks << " put sockets per peer";
 }
 
 TcpTransport::~TcpTransport() { shutdown_all(); }
@@ -125,7 +125,9 @@ transport::Endpoint& TcpTransport::connect(int peer, std::span<const uint8_t> pe
   ep->active_ = true;
   std::vector<Socket*> made;
   try {
-    for (int i = 0; i < opt_.nsocks; ++i) {
+    // Socket 0 carries messages only; puts are striped over the other nsocks.
+    const int total = opt_.nsocks + 1;
+    for (int i = 0; i < total; ++i) {
       const net::SockAddr& a = addrs.front();
       int fd = ::socket(a.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
       if (fd < 0) throw TransportError("tcp: socket() failed: " + errno_text(errno));
@@ -157,7 +159,7 @@ transport::Endpoint& TcpTransport::connect(int peer, std::span<const uint8_t> pe
                                std::to_string(peer) + " still running?)");
       }
       Hello h;
-      h.nsocks = static_cast<uint16_t>(opt_.nsocks);
+      h.nsocks = static_cast<uint16_t>(total);
       h.index = static_cast<uint16_t>(i);
       h.src = ctx_.rank;
       h.dst = peer;
@@ -179,8 +181,9 @@ transport::Endpoint& TcpTransport::connect(int peer, std::span<const uint8_t> pe
   }
   ep->tx = made;
   ep->sockets = made;
-  TPLOG(INFO, TCP) << "rank " << ctx_.rank << " -> rank " << peer << ": connecting " << opt_.nsocks
-                   << " sockets to " << where;
+  TPLOG(INFO, TCP) << "rank " << ctx_.rank << " -> rank " << peer << ": connecting " << made.size()
+                   << " sockets to " << where << " (one for messages, " << opt_.nsocks
+                   << " for puts)";
   TcpEndpoint& ref = *ep;
   endpoints_.emplace(peer, std::move(ep));
   return ref;
@@ -254,13 +257,34 @@ void TcpTransport::attach_accepted(Socket& s, const Hello& h, const std::string&
   s.ep = ep;
   s.state = Socket::State::Open;
   ep->sockets.push_back(&s);
+  // Both ranks connected: the higher one moves its messages onto the lower one's first socket
+  // (device.h, msg_tx_).
+  bool share = ep->active_ && h.index == 0 && h.src < ctx_.rank && !ep->msg_tx_ &&
+               !ep->tx.empty() && ep->tx[0] != nullptr;
   Ack a;
+  a.status = share ? kAckShared : 0;
   a.reason = note;  // the acceptor's proof when the peer was challenged
   uint8_t buf[kAckFixed + kMaxReason];
   size_t n = encode_ack(a, buf);
   if (::send(s.fd.get(), buf, n, MSG_NOSIGNAL | MSG_DONTWAIT) != static_cast<ssize_t>(n)) {
     fail_later(*ep, "handshake answer to " + s.where + " failed: " + errno_text(errno));
     return;
+  }
+  if (share) {
+    // The Switch goes after every message already queued on our own first socket; the peer
+    // reads nothing on this socket before it.
+    Socket& own = *ep->tx[0];
+    SendItem sw;
+    Frame f;
+    f.kind = FrameKind::Switch;
+    encode_frame(f, sw.hdr);
+    own.queued_bytes += kFrameSize;
+    own.msgs.push_back(std::move(sw));
+    ep->msg_tx_ = &s;
+    if (ep->ready_) flush(own);
+    TPLOG(INFO, TCP) << "rank " << ctx_.rank << " -> rank " << h.src
+                     << ": messages move to the socket rank " << h.src << " connected ("
+                     << s.where << ")";
   }
   if (!ep->active_) {
     bool all = true;
@@ -320,9 +344,10 @@ int TcpTransport::handshake(Socket& s, transport::EventSink& sink) {
           want = kAckFixed;  // then the final answer
           continue;
         }
-        if (need != 0 && need <= s.hs.size() && a.status == 0 && !auth_check_ack(s, a, sink))
+        bool accepted = a.status == 0 || a.status == kAckShared;
+        if (need != 0 && need <= s.hs.size() && accepted && !auth_check_ack(s, a, sink))
           return 1;
-        if (need == 0 || (need <= s.hs.size() && a.status != 0)) {
+        if (need == 0 || (need <= s.hs.size() && !accepted)) {
           std::string why = need == 0 ? err : a.reason;
           fail_now(*s.ep, "connection to " + s.where + " refused: " + why, sink);
           return 1;
@@ -330,6 +355,8 @@ int TcpTransport::handshake(Socket& s, transport::EventSink& sink) {
         if (need <= s.hs.size()) {
           s.state = Socket::State::Open;
           TcpEndpoint& ep = *s.ep;
+          // The peer's messages will come on this socket after its Switch (kAckShared).
+          if (a.status == kAckShared && !ep.switch_seen_) ep.hold_ = true;
           bool all = true;
           for (Socket* t : ep.tx) all = all && t->state == Socket::State::Open;
           if (all && !ep.ready_) {
@@ -404,8 +431,10 @@ void TcpTransport::fail_now(TcpEndpoint& ep, const std::string& reason,
   ep.failed_ = true;  // first, so that draining cannot recurse into here
   // Whatever the peer sent before it went away is still in our receive queues: deliver it
   // before the error, so that a message sent just before a clean exit is not lost.
-  for (Socket* s : std::vector<Socket*>(ep.sockets))
-    if (s->state == Socket::State::Open) read_frames(*s, sink);
+  // The peer's sockets first: a Switch there releases the messages held on ours.
+  for (bool ours : {false, true})
+    for (Socket* s : std::vector<Socket*>(ep.sockets))
+      if (s->state == Socket::State::Open && s->initiated == ours) read_frames(*s, sink);
   for (Socket* s : std::vector<Socket*>(ep.sockets)) {
     for (auto* q : {&s->msgs, &s->puts})
       for (SendItem& item : *q)

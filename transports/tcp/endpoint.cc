@@ -1,6 +1,7 @@
-// TcpEndpoint: messages go whole on the endpoint's first socket (so they stay in order);
-// puts are cut into fragments spread over all its sockets and written from the source
-// memory without a copy.
+// TcpEndpoint: messages go whole on one socket that carries nothing else, so that they stay
+// in order and never wait behind a put (the endpoint's first, or the peer's first when both
+// connected: device.h, msg_tx_); puts are cut into fragments spread over its other sockets
+// and written from the source memory without a copy.
 #include <sys/socket.h>
 
 #include <cerrno>
@@ -34,7 +35,7 @@ transport::PostStatus TcpEndpoint::send(std::span<const iovec> iov) {
   if (total > dev_->opt().max_message)
     throw InvalidArgument("tcp send: message of " + std::to_string(total) +
                           " bytes exceeds max_message " + std::to_string(dev_->opt().max_message));
-  Socket& s = *tx[0];
+  Socket& s = msg_socket();
   Frame f;
   f.kind = FrameKind::Msg;
   f.len = total;
@@ -102,8 +103,11 @@ transport::PostStatus TcpEndpoint::put(const transport::MemoryRegion& src, size_
     throw InvalidArgument("tcp put: the remote key is not a tcp key");
   uint64_t region;
   std::memcpy(&region, dst.blob_data, sizeof region);
-  size_t nsocks = tx.size();
-  // Spread over every socket, in fragments of at most `frame` bytes.
+  // Spread over every socket but the first (messages: device.h, msg_tx_; a peer that made
+  // only one, like the tests' hand-made ones, gets everything on it), in fragments of at most
+  // `frame` bytes.
+  const size_t first = tx.size() > 1 ? 1 : 0;
+  const size_t nsocks = tx.size() - first;
   size_t per = std::max<size_t>(64 * 1024, (length + nsocks - 1) / nsocks);
   per = std::min(per, dev_->opt().frame);
   size_t frames = length == 0 ? 1 : (length + per - 1) / per;
@@ -128,7 +132,7 @@ transport::PostStatus TcpEndpoint::put(const transport::MemoryRegion& src, size_
     item.data = base + off;
     item.len = len;
     item.put = ptx;
-    Socket& s = *tx[rr_++ % nsocks];
+    Socket& s = *tx[first + rr_++ % nsocks];
     s.queued_bytes += item.total();
     s.puts.push_back(std::move(item));
   }

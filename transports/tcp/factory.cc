@@ -31,7 +31,8 @@ constexpr Param kParams[] = {
    "'^' first to exclude, '=' first for exact names (e.g. 'eth', '^docker,lo', '=eth0'). "
    "Default: all but docker* and lo*, else lo.", "tcp"},
   {"TPCOMM_SOCKET_NSOCKS", T::Int, "2", "1..16",
-   "tcp transport: sockets per peer and direction; large puts are striped over them.", "tcp"},
+   "tcp transport: sockets per peer and direction that carry puts (large messages), striped "
+   "over them; each peer also gets one socket for messages only.", "tcp"},
   {"TPCOMM_SOCKET_POLL_EVERY", T::Int, "8", "1..1024",
    "tcp transport: while messages keep arriving on one socket and nothing else is busy, "
    "progress() reads that socket directly and polls every socket only every Nth round (one "

@@ -107,6 +107,8 @@ int TcpTransport::read_frames(Socket& s, transport::EventSink& sink) {
     fail_now(ep, why, sink);
     return events + 1;
   };
+  // Until the peer's Switch has been read, its messages on our sockets wait in the kernel.
+  if (ep.hold_ && s.initiated) return 0;
   bool drained = false;  // the last read came up short: the socket is empty for now
   for (;;) {
     if (s.state != Socket::State::Open) return events;
@@ -150,6 +152,15 @@ int TcpTransport::read_frames(Socket& s, transport::EventSink& sink) {
       } else if (f->kind == FrameKind::Bye) {
         s.rhead += kFrameSize;
         s.bye = true;
+        continue;
+      } else if (f->kind == FrameKind::Switch) {
+        if (s.initiated || ep.switch_seen_)
+          return broken("rank " + std::to_string(ep.peer_) + " (" + s.where +
+                        ") sent an unexpected socket switch");
+        s.rhead += kFrameSize;
+        ep.switch_seen_ = true;
+        ep.hold_ = false;
+        hot_rounds_ = 0;  // poll every socket: the held one has data
         continue;
       } else {
         s.rhead += kFrameSize;
@@ -198,7 +209,7 @@ int TcpTransport::read_frames(Socket& s, transport::EventSink& sink) {
       // A clean end of stream. The peer's other sockets may still carry data (a put striped
       // over them): the endpoint fails only when its last socket has closed.
       if (s.bye) ep.bye_ = true;
-      bool tx = std::find(ep.tx.begin(), ep.tx.end(), &s) != ep.tx.end();
+      bool tx = std::find(ep.tx.begin(), ep.tx.end(), &s) != ep.tx.end() || &s == ep.msg_tx_;
       close_socket(s);
       ep.sockets.erase(std::remove(ep.sockets.begin(), ep.sockets.end(), &s), ep.sockets.end());
       if (tx) ep.tx_closed_ = true;

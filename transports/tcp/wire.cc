@@ -118,7 +118,7 @@ std::optional<Frame> decode_frame(const uint8_t* in, size_t max_message, std::st
   f.offset = get<uint64_t>(p);
   f.total = get<uint64_t>(p);
   f.put_id = get<uint64_t>(p);
-  if (check != 0xA5 || kind < 1 || kind > 3) {
+  if (check != 0xA5 || kind < 1 || kind > 4) {
     *error = "corrupt frame header (kind " + std::to_string(kind) + ")";
     return std::nullopt;
   }
@@ -126,6 +126,10 @@ std::optional<Frame> decode_frame(const uint8_t* in, size_t max_message, std::st
   if (f.kind == FrameKind::Msg && f.len > max_message) {
     *error = "message of " + std::to_string(f.len) + " bytes exceeds the " +
              std::to_string(max_message) + "-byte limit";
+    return std::nullopt;
+  }
+  if ((f.kind == FrameKind::Bye || f.kind == FrameKind::Switch) && f.len != 0) {
+    *error = "control frame with a payload";
     return std::nullopt;
   }
   if (f.kind == FrameKind::Put && (f.len > f.total || f.offset + f.len < f.offset)) {

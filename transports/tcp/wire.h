@@ -10,7 +10,7 @@
 namespace tpcomm::tcp {
 
 inline constexpr uint32_t kHelloMagic = 0x54504354;  // "TPCT"
-inline constexpr uint16_t kWireVersion = 1;
+inline constexpr uint16_t kWireVersion = 2;
 inline constexpr size_t kMaxJobId = 255;
 
 /// First bytes on every connection, from the connecting side.
@@ -44,13 +44,19 @@ size_t decode_ack(const uint8_t* p, size_t n, Ack* a, std::string* error);
 /// acceptor's nonce). The connector answers with kAuthResponseSize bytes: "TPAR", its nonce
 /// (16), HMAC proof (32); the final ack (status 0) carries "[proof <64 hex>]".
 inline constexpr uint16_t kAckChallenge = 2;
+/// Ack status that accepts the connection and says that the acceptor, which connected to the
+/// connector too, moves its messages onto this socket: they follow a Switch frame on the
+/// acceptor's own first socket, and the connector holds this socket's frames until it has read
+/// that Switch (docs/transport.md, "tcp: one socket for the messages of a pair").
+inline constexpr uint16_t kAckShared = 3;
 inline constexpr size_t kAuthResponseSize = 4 + 16 + 32;
 
-enum class FrameKind : uint8_t { Msg = 1, Put = 2, Bye = 3 };
+enum class FrameKind : uint8_t { Msg = 1, Put = 2, Bye = 3, Switch = 4 };
 
 /// Header of every frame after the handshake (48 bytes). Msg: `len` payload bytes follow.
 /// Put: `len` bytes for region `region` at `offset`, part of put `put_id` of `total` bytes
-/// that notifies `imm` when all of it has arrived.
+/// that notifies `imm` when all of it has arrived. Switch: the sender's later messages come on
+/// the socket the receiver connected (kAckShared).
 struct Frame {
   FrameKind kind = FrameKind::Msg;
   uint32_t imm = 0;
