@@ -63,14 +63,18 @@ inline uint8_t pattern(uint64_t seed, size_t i) {
 struct FakePeer {
   net::Fd fd;
 
+  uint16_t ack_status = 0xffff;  ///< the answer's status (0 or tcp::kAckShared: accepted)
+
   /// Connects and completes the handshake; the transport under test must be progressed
-  /// meanwhile (pump_fn is called while waiting for its answer).
+  /// meanwhile (pump_fn is called while waiting for its answer). `nsocks`: how many sockets
+  /// the hello announces (this one is the first).
   bool connect(const std::vector<uint8_t>& address, int src, int dst, int world,
-               const std::function<void()>& pump_fn, const std::string& job = "tcp-test") {
+               const std::function<void()>& pump_fn, const std::string& job = "tcp-test",
+               uint16_t nsocks = 1) {
     auto [host, port] = net::split_host_port(std::string(address.begin(), address.end()));
     fd = net::connect_to(host, port, Deadline::after(10s));
     tcp::Hello h;
-    h.nsocks = 1;
+    h.nsocks = nsocks;
     h.index = 0;
     h.src = src;
     h.dst = dst;
@@ -92,7 +96,10 @@ struct FakePeer {
       std::string err;
       size_t need =
           ack.empty() ? tcp::kAckFixed : tcp::decode_ack(ack.data(), ack.size(), &a, &err);
-      if (!ack.empty() && need != 0 && need <= ack.size()) return a.status == 0;
+      if (!ack.empty() && need != 0 && need <= ack.size()) {
+        ack_status = a.status;
+        return a.status == 0 || a.status == tcp::kAckShared;
+      }
       if (!ack.empty() && need == 0) return false;
     }
     return false;

@@ -241,6 +241,32 @@ TEST_P(TcpTransportTest, BothConnectThenMessagesShareOneSocketInOrder) {
   EXPECT_TRUE(sa.errors.empty() && sb.errors.empty());
 }
 
+// The move waits for every socket of the lower rank's connection: a first socket alone (its
+// connect() gave up after it, or a stray hello) is answered kAckShared but redirects nothing,
+// and when it closes, messages keep going on the higher rank's own socket.
+TEST_P(TcpTransportTest, AFirstSocketAloneDoesNotMoveTheMessages) {
+  auto a = make_tcp(0, 2), b = make_tcp(1, 2);
+  Sink sa, sb;
+  Endpoint& ba = b->connect(0, a->address(), Clock::now() + 30s);
+  ASSERT_TRUE(pump({{a.get(), &sa}, {b.get(), &sb}}, [&] { return ba.ready(); }));
+  auto& tb = static_cast<tcp::TcpEndpoint&>(ba);
+  {
+    FakePeer half;
+    ASSERT_TRUE(half.connect(b->address(), 0, 1, 2, [&] { b->progress(sb); }, "tcp-test", 3));
+    EXPECT_EQ(half.ack_status, tcp::kAckShared);
+    for (int i = 0; i < 20; ++i) b->progress(sb);
+    EXPECT_EQ(tb.msg_tx_, nullptr);
+  }  // closed
+  ASSERT_TRUE(pump({{b.get(), &sb}}, [&] { return tb.share_on_ == nullptr; }));
+  for (uint32_t i = 0; i < 10; ++i) {
+    iovec one{&i, 4};
+    ASSERT_EQ(ba.send({&one, 1}), PostStatus::Ok);
+  }
+  ASSERT_TRUE(pump({{a.get(), &sa}, {b.get(), &sb}}, [&] { return sa.messages.size() == 10; }));
+  EXPECT_EQ(tb.msg_tx_, nullptr);
+  EXPECT_TRUE(sa.errors.empty() && sb.errors.empty());
+}
+
 // Garbage where a frame header should be fails the link naming the rank and what was wrong;
 // garbage instead of a handshake is refused without harm.
 TEST_P(TcpTransportTest, GarbageIsRefusedNamingTheRank) {

@@ -258,9 +258,17 @@ void TcpTransport::attach_accepted(Socket& s, const Hello& h, const std::string&
   s.state = Socket::State::Open;
   ep->sockets.push_back(&s);
   // Both ranks connected: the higher one moves its messages onto the lower one's first socket
-  // (device.h, msg_tx_).
-  bool share = ep->active_ && h.index == 0 && h.src < ctx_.rank && !ep->msg_tx_ &&
-               !ep->tx.empty() && ep->tx[0] != nullptr;
+  // (device.h, msg_tx_), once every socket of that connection is here (a first socket alone
+  // may come from a connect() that failed after it).
+  bool share = false;
+  if (ep->active_ && h.src < ctx_.rank && !ep->msg_tx_ && !ep->tx.empty() && ep->tx[0]) {
+    ep->peer_seen_ |= uint64_t{1} << h.index;
+    ep->peer_nsocks_ = h.nsocks;
+    if (h.index == 0) {
+      ep->share_on_ = &s;
+      share = true;
+    }
+  }
   Ack a;
   a.status = share ? kAckShared : 0;
   a.reason = note;  // the acceptor's proof when the peer was challenged
@@ -270,9 +278,11 @@ void TcpTransport::attach_accepted(Socket& s, const Hello& h, const std::string&
     fail_later(*ep, "handshake answer to " + s.where + " failed: " + errno_text(errno));
     return;
   }
-  if (share) {
+  const uint64_t all_of_them =
+      ep->peer_nsocks_ >= 64 ? ~uint64_t{0} : (uint64_t{1} << ep->peer_nsocks_) - 1;
+  if (ep->share_on_ && !ep->msg_tx_ && ep->peer_seen_ == all_of_them) {
     // The Switch goes after every message already queued on our own first socket; the peer
-    // reads nothing on this socket before it.
+    // reads nothing on its sockets before it.
     Socket& own = *ep->tx[0];
     SendItem sw;
     Frame f;
@@ -280,11 +290,11 @@ void TcpTransport::attach_accepted(Socket& s, const Hello& h, const std::string&
     encode_frame(f, sw.hdr);
     own.queued_bytes += kFrameSize;
     own.msgs.push_back(std::move(sw));
-    ep->msg_tx_ = &s;
+    ep->msg_tx_ = ep->share_on_;
     if (ep->ready_) flush(own);
     TPLOG(INFO, TCP) << "rank " << ctx_.rank << " -> rank " << h.src
                      << ": messages move to the socket rank " << h.src << " connected ("
-                     << s.where << ")";
+                     << ep->msg_tx_->where << ")";
   }
   if (!ep->active_) {
     bool all = true;

@@ -121,6 +121,9 @@ class TcpEndpoint : public transport::Endpoint {
   // direction (bench/tcp_floor.cpp modes 1 and 2). A Switch frame on its own first socket
   // marks the move; the lower rank reads nothing on its own sockets until it has read that.
   Socket* msg_tx_ = nullptr;   ///< where messages go when not tx[0] (the peer's socket)
+  Socket* share_on_ = nullptr; ///< the peer's first socket, answered kAckShared: moving there
+  uint64_t peer_seen_ = 0;     ///< which of the peer's sockets were accepted (before the move)
+  uint16_t peer_nsocks_ = 0;   ///< how many it announced
   bool hold_ = false;          ///< connector: frames on our sockets wait for the Switch
   bool switch_seen_ = false;   ///< connector: the peer's Switch was read
   /// The socket messages are written to.

@@ -209,6 +209,10 @@ int TcpTransport::read_frames(Socket& s, transport::EventSink& sink) {
       // A clean end of stream. The peer's other sockets may still carry data (a put striped
       // over them): the endpoint fails only when its last socket has closed.
       if (s.bye) ep.bye_ = true;
+      if (&s == ep.share_on_ && !ep.msg_tx_) {  // its connect() gave up: no move
+        ep.share_on_ = nullptr;
+        ep.peer_seen_ = 0;
+      }
       bool tx = std::find(ep.tx.begin(), ep.tx.end(), &s) != ep.tx.end() || &s == ep.msg_tx_;
       close_socket(s);
       ep.sockets.erase(std::remove(ep.sockets.begin(), ep.sockets.end(), &s), ep.sockets.end());
