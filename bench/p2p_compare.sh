@@ -33,14 +33,18 @@ floor "before the run"
 # tpcomm
 "$BUILD/bin/p2p_bench" --csv --pin --max "$MAX" >"$OUT/tpcomm.csv" || echo "p2p_bench failed" >&2
 
-# iperf3, 1 MiB writes, loopback
+# iperf3, 1 MiB writes, loopback: with the system's congestion control (what the peers use),
+# and with reno, tpcomm's choice for same-host connections (TPCOMM_SOCKET_CONGESTION=auto).
 if have iperf3; then
-  p=$(port)
-  iperf3 -s -B 127.0.0.1 -p "$p" -1 >/dev/null 2>&1 &
-  sleep 0.3
-  iperf3 -c 127.0.0.1 -p "$p" -t 3 -l 1M -J >"$OUT/iperf3.json" 2>/dev/null
-  wait
-  python3 -c "import json; d=json.load(open('$OUT/iperf3.json')); print('iperf3_1M,%.2f' % (d['end']['sum_received']['bits_per_second']/8e9))" >"$OUT/iperf3.csv" 2>/dev/null
+  for cc in system reno; do
+    p=$(port)
+    iperf3 -s -B 127.0.0.1 -p "$p" -1 >/dev/null 2>&1 &
+    sleep 0.3
+    opt=(); [ "$cc" = system ] || opt=(-C "$cc")
+    iperf3 -c 127.0.0.1 -p "$p" -t 3 -l 1M "${opt[@]}" -J >"$OUT/iperf3-$cc.json" 2>/dev/null
+    wait
+    python3 -c "import json; d=json.load(open('$OUT/iperf3-$cc.json')); print('iperf3_1M_$cc,%.2f' % (d['end']['sum_received']['bits_per_second']/8e9))" >"$OUT/iperf3-$cc.csv" 2>/dev/null
+  done
 fi
 
 # ucx_perftest
@@ -80,8 +84,8 @@ for f in glob.glob(os.path.join(out, "*.csv")):
     for r in csv.reader(open(f)):
         if not r or r[0] in ("transport",):
             continue
-        if r[0] == "iperf3_1M":
-            rows[("iperf3 (1 MiB writes)", 0)] = ("", r[1]); continue
+        if r[0].startswith("iperf3_1M_"):
+            rows[("iperf3", r[0][len("iperf3_1M_"):])] = ("", r[1]); continue
         who = r[0] if f.endswith(("ucx.csv", "mpi-shm.csv", "mpi-tcp.csv")) else "tpcomm-" + r[0]
         b = int(r[1]); lat = r[2] if len(r) > 2 else ""; bw = r[3] if len(r) > 3 else ""
         rows[(who, b)] = (lat, bw)
@@ -94,7 +98,7 @@ def size(b):
         if b >= n and b % n == 0: return "%d %s" % (b // n, u)
     return "%d B" % b
 whos = ["tpcomm-shm", "mpi-shm", "ucx-sm", "tpcomm-tcp", "mpi-tcp", "ucx-tcp"]
-sizes = sorted({b for (w, b) in rows if w in whos})
+sizes = sorted({b for (w, b) in rows if w in whos and isinstance(b, int)})
 print("| size | " + " | ".join("%s lat us | %s GB/s" % (w, w) for w in whos) + " | memcpy GB/s |")
 print("|" + " --- |" * (2 * len(whos) + 2))
 for b in sizes:
@@ -103,6 +107,9 @@ for b in sizes:
         lat, bw = rows.get((w, b), ("", ""))
         cells += [fmt(lat), fmt(bw)]
     print("| %s | %s | %s |" % (size(b), " | ".join(cells), fmt(memcpy.get(b, ""))))
-if ("iperf3 (1 MiB writes)", 0) in rows:
-    print("\niperf3 loopback, 1 MiB writes: %s GB/s" % rows[("iperf3 (1 MiB writes)", 0)][1])
+if ("iperf3", "system") in rows:
+    cc = open("/proc/sys/net/ipv4/tcp_congestion_control").read().strip()
+    print("\niperf3 loopback, 1 MiB writes: %s GB/s with the system's congestion control (%s, "
+          "as the peers), %s GB/s with reno (tpcomm's choice on loopback)"
+          % (rows[("iperf3", "system")][1], cc, rows.get(("iperf3", "reno"), ("", "-"))[1]))
 PY

@@ -12,6 +12,7 @@
 #include <tuple>
 
 #include "tcp/tcp_test_util.h"
+#include "transports/tcp/congestion.h"
 #include "transports/tcp/device.h"
 
 namespace tpcomm::transport::tcp_test {
@@ -375,6 +376,41 @@ TEST_P(TcpTransportTest, PeerKilledMidMessageFailsNamingTheRank) {
 
 // A socket buffer too small to move data on loopback is raised to the floor; 0 (the kernel's
 // auto-tuning) and larger values are kept.
+// TPCOMM_SOCKET_CONGESTION: "auto" gives every socket of a same-host pair reno (the
+// connecting ones before connect(), the accepted ones from the listener); "system" leaves the
+// kernel's default; a name is set on every socket.
+TEST(TcpCongestion, SameHostSocketsGetRenoInAutoMode) {
+  if (!has_transport("tcp")) GTEST_SKIP() << "tcp transport not built";
+  const std::string sys = tcp::system_congestion();
+  if (sys.empty()) GTEST_SKIP() << "no /proc/sys/net/ipv4/tcp_congestion_control";
+  for (const char* mode : {"auto", "system", "reno"}) {
+    SCOPED_TRACE(mode);
+    set_env("TPCOMM_SOCKET_CONGESTION", std::string(mode) == "auto" ? nullptr : mode);
+    auto a = make_tcp(0, 2), b = make_tcp(1, 2);
+    Sink sa, sb;
+    Endpoint *ab, *ba;
+    std::tie(ab, ba) = connect_pair(*a, sa, 0, *b, sb, 1);
+    const std::string want = std::string(mode) == "system" ? sys : "reno";
+    for (auto* ep : {static_cast<tcp::TcpEndpoint*>(ab), static_cast<tcp::TcpEndpoint*>(ba)}) {
+      ASSERT_EQ(ep->sockets.size(), 3u);  // a message socket and two put sockets
+      for (tcp::Socket* s : ep->sockets) EXPECT_EQ(tcp::congestion_of(s->fd.get()), want);
+    }
+  }
+  set_env("TPCOMM_SOCKET_CONGESTION", nullptr);
+}
+
+TEST(TcpCongestion, SameHostMeansLoopbackOrTheLocalAddress) {
+  auto addr = [](const char* ip) { return net::resolve(ip, 1).front(); };
+  EXPECT_TRUE(tcp::same_host(addr("10.1.2.3"), addr("127.0.0.1")));
+  EXPECT_TRUE(tcp::same_host(addr("127.0.0.2"), addr("127.0.0.3")));
+  EXPECT_TRUE(tcp::same_host(addr("10.1.2.3"), addr("10.1.2.3")));
+  EXPECT_FALSE(tcp::same_host(addr("10.1.2.3"), addr("10.1.2.4")));
+  EXPECT_TRUE(tcp::same_host(addr("fd00::1"), addr("::1")));
+  EXPECT_TRUE(tcp::same_host(addr("fd00::1"), addr("fd00::1")));
+  EXPECT_FALSE(tcp::same_host(addr("fd00::1"), addr("fd00::2")));
+  EXPECT_FALSE(tcp::same_host(addr("10.1.2.3"), addr("fd00::2")));
+}
+
 TEST(TcpOptions, TinySocketBuffersAreRaised) {
   for (auto [given, expect] :
        {std::pair<const char*, uint64_t>{"4096", 65536}, {"0", 0}, {"256K", 262144}}) {

@@ -12,6 +12,7 @@
 #include "core/auth.h"
 #include "core/log.h"
 #include "tpcomm/error.hpp"
+#include "transports/tcp/congestion.h"
 #include "transports/tcp/ifname.h"
 
 namespace tpcomm::tcp {
@@ -70,12 +71,24 @@ TcpTransport::TcpTransport(const transport::TransportContext& ctx, const Options
   listener_ = net::listen_on(ip, 0, 1024, true);
   net::SockAddr la = net::local_address(listener_.get());
   listen_addr_ = la.str();
+  listen_sa_ = la;
+  // Accepted sockets are born with the listener's congestion control: the same-host choice in
+  // auto mode (an accepted remote peer gets the system's back in choose_congestion).
+  if (opt_.congestion != "system") {
+    const std::string want = opt_.congestion == "auto" ? kLocalCongestion : opt_.congestion;
+    std::string err;
+    if (!set_congestion(listener_.get(), want, &err))
+      TPLOG(WARN, TCP) << "rank " << ctx_.rank << ": TCP congestion control '" << want
+                       << "' refused (" << err << "); sockets keep the system's ('"
+                       << system_congestion() << "')";
+  }
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.ptr = nullptr;  // the listener
   epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, listener_.get(), &ev);
   TPLOG(INFO, TCP) << "rank " << ctx_.rank << ": tcp listening on " << listen_addr_ << " ("
-                   << ifname << "), " << opt_.nsocks << " put sockets per peer";
+                   << ifname << "), " << opt_.nsocks << " put sockets per peer, congestion "
+                   << "control " << opt_.congestion << " (system: " << system_congestion() << ")";
 }
 
 TcpTransport::~TcpTransport() { shutdown_all(); }
@@ -138,6 +151,7 @@ transport::Endpoint& TcpTransport::connect(int peer, std::span<const uint8_t> pe
           ::bind(fd, reinterpret_cast<const sockaddr*>(&la.front().ss), la.front().len);
       }
       set_options(fd, opt_.bufsize);
+      choose_congestion(fd, a, false);
       int rc = ::connect(fd, reinterpret_cast<const sockaddr*>(&a.ss), a.len);
       if (rc != 0 && errno != EINPROGRESS)
         throw TransportError("tcp: cannot connect to rank " + std::to_string(peer) + " at " +
@@ -211,10 +225,31 @@ int TcpTransport::accept_new() {
     std::memcpy(&a.ss, &ss, sizeof ss);
     a.len = len;
     set_options(fd, opt_.bufsize);
+    choose_congestion(fd, a, true);
     new_socket(fd, Socket::State::AwaitHello, a.str());
     ++n;
   }
   return n;
+}
+
+void TcpTransport::choose_congestion(int fd, const net::SockAddr& peer, bool accepted) {
+  const std::string& mode = opt_.congestion;
+  if (mode == "system") return;
+  std::string want;
+  if (mode == "auto") {
+    const bool local = same_host(listen_sa_, peer);
+    if (local == accepted) return;  // accepted local: inherited; connecting remote: the system's
+    want = local ? kLocalCongestion : system_congestion();
+  } else {
+    if (accepted) return;  // inherited from the listener
+    want = mode;
+  }
+  std::string err;
+  if (want.empty() || set_congestion(fd, want, &err) || congestion_warned_) return;
+  congestion_warned_ = true;
+  TPLOG(WARN, TCP) << "rank " << ctx_.rank << ": TCP congestion control '" << want
+                   << "' refused for a connection with " << peer.str() << " (" << err
+                   << "); it keeps '" << congestion_of(fd) << "' (TPCOMM_SOCKET_CONGESTION)";
 }
 
 void TcpTransport::refuse(Socket& s, const std::string& reason) {

@@ -27,6 +27,7 @@ struct Options {
   std::string addr;  ///< explicit local address (TPCOMM_SOCKET_ADDR)
   int family = 0;    ///< AF_UNSPEC, AF_INET or AF_INET6
   size_t bufsize = 0;
+  std::string congestion = "auto";  ///< TPCOMM_SOCKET_CONGESTION: auto, system or a name
   size_t max_message = 256 * 1024;
   size_t frame = 1 << 20;  ///< largest put fragment per write
   /// progress() rounds per poll() of every socket while messages come on one (1: every round).
@@ -211,6 +212,11 @@ class TcpTransport : public transport::Transport {
   std::string listen_addr_;  ///< "ip:port" published to peers
   std::string secret_;       ///< TPCOMM_AUTH_SECRET ("" : no challenge)
   std::string local_ip_;     ///< bind address of outgoing sockets (explicit address only)
+  net::SockAddr listen_sa_;  ///< the listener's address (same-host connections share its IP)
+  /// Sets the congestion control on a socket to (or from) `peer` (congestion.h); `accepted`:
+  /// it came through the listener, whose choice it inherited.
+  void choose_congestion(int fd, const net::SockAddr& peer, bool accepted);
+  bool congestion_warned_ = false;
   std::unordered_map<int, std::unique_ptr<TcpEndpoint>> endpoints_;
   std::unordered_map<Socket*, std::unique_ptr<Socket>> sockets_;
   std::vector<std::unique_ptr<Socket>> graveyard_;

@@ -21,6 +21,11 @@ constexpr Param kParams[] = {
    "tcp transport: SO_SNDBUF/SO_RCVBUF of data sockets; 0 keeps the kernel's auto-tuning; "
    "values below 64K are raised to 64K (smaller windows stall in TCP's zero-window probes).",
    "tcp"},
+  {"TPCOMM_SOCKET_CONGESTION", T::String, "auto", "",
+   "tcp transport: TCP congestion control of its sockets. 'auto': reno for connections within "
+   "this host (loopback: no loss, and BBR's pacing cost 30% of loopback bandwidth here), the "
+   "system's default for the others; 'system': never set; a name (cubic, bbr, reno...): every "
+   "socket.", "tcp"},
   {"TPCOMM_SOCKET_FAMILY", T::Enum, "any", "any|ipv4|ipv6|AF_INET|AF_INET6",
    "tcp transport: address family of the interfaces it uses (as NCCL_SOCKET_FAMILY).", "tcp"},
   {"TPCOMM_SOCKET_FRAME", T::Size, "1M", "",
@@ -48,6 +53,8 @@ constexpr uint64_t kMinBufsize = 64 * 1024;
 Options Options::from_env() {
   Options o;
   o.nsocks = static_cast<int>(config::get_int("TPCOMM_SOCKET_NSOCKS"));
+  o.congestion = config::get_string("TPCOMM_SOCKET_CONGESTION");
+  if (o.congestion.empty()) o.congestion = "auto";
   o.ifname = config::get_string("TPCOMM_SOCKET_IFNAME");
   o.addr = config::get_string("TPCOMM_SOCKET_ADDR");
   std::string fam = config::get_enum("TPCOMM_SOCKET_FAMILY");
