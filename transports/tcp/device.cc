@@ -77,10 +77,11 @@ TcpTransport::TcpTransport(const transport::TransportContext& ctx, const Options
   if (opt_.congestion != "system") {
     const std::string want = opt_.congestion == "auto" ? kLocalCongestion : opt_.congestion;
     std::string err;
-    if (!set_congestion(listener_.get(), want, &err))
+    if (!set_congestion(listener_.get(), want, &err)) {
       TPLOG(WARN, TCP) << "rank " << ctx_.rank << ": TCP congestion control '" << want
                        << "' refused (" << err << "); sockets keep the system's ('"
                        << system_congestion() << "')";
+    }
   }
   epoll_event ev{};
   ev.events = EPOLLIN;
