@@ -65,6 +65,9 @@ struct Socket {
   State state = State::Closed;
   TcpEndpoint* ep = nullptr;
   bool initiated = false;
+  /// A put socket (index >= 1: messages never travel on it): read frame headers alone, so that
+  /// a fragment's bytes go straight from the kernel into the destination, none through rbuf.
+  bool bulk = false;
   std::string where;        ///< peer address, for messages
   std::vector<uint8_t> hs;  ///< handshake bytes received so far
   // shared-secret handshake (TPCOMM_AUTH_SECRET; the end of device.cc)

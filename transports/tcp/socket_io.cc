@@ -198,6 +198,8 @@ int TcpTransport::read_frames(Socket& s, transport::EventSink& sink) {
       s.rhead = 0;
     }
     size_t room = s.rbuf.size() - s.rtail;
+    // A put socket: the next header and no further (its payload is read in place).
+    if (s.bulk) room = std::min(room, kFrameSize - (s.rtail - s.rhead) % kFrameSize);
     ssize_t n = ::recv(s.fd.get(), s.rbuf.data() + s.rtail, room, 0);
     if (n > 0) {
       s.rtail += static_cast<size_t>(n);
