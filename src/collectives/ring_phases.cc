@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "collectives/patterns/ring.h"
+#include "core/reduce.h"
 
 namespace tpcomm::coll {
 
@@ -61,11 +62,22 @@ void ring_reduce_scatter_inplace(CollComm& comm, void* data, size_t count, const
   };
   for (size_t g = 0; g < W; ++g) post_recv(g);
   for (size_t j = 0; j < ps.S; ++j) post_send(j);
+  // The last step's merges make this rank's reduced block, sent again only by the all-gather
+  // that follows, once every block is done: a block larger than the streaming threshold has
+  // left the caches by then, so an out-of-place result is written with streaming stores (no
+  // read for ownership of the output). Earlier steps' results are sent at once: cached.
+  const size_t final_from = static_cast<size_t>(ps.n - 2) * ps.S;
+  const bool stream_final =
+      mine != data && ring::block(count, ps.n, ps.rank).count * es >= kernels::nt_threshold();
   for (size_t g = 0; g < ps.total; ++g) {
     comm.wait(recvs[g % W]);
     ring::Range r = recv_range(g);
-    red.merge(at(data, r.offset * es), at(mine, r.offset * es),
-              tmp.data() + (g % W) * ps.slot_elems * es, r.count);
+    void* dst = at(data, r.offset * es);
+    const void* tmp_g = tmp.data() + (g % W) * ps.slot_elems * es;
+    if (stream_final && g >= final_from)
+      red.merge_streaming(dst, at(mine, r.offset * es), tmp_g, r.count);
+    else
+      red.merge(dst, at(mine, r.offset * es), tmp_g, r.count);
     if (g + W < ps.total) post_recv(g + W);
     if (g + ps.S < ps.total) post_send(g + ps.S);
   }

@@ -39,6 +39,12 @@ void Reducer::merge(void* dst, const void* a, const void* b, size_t count) const
   kernels::reduce2(dst, a, b, count, dtype_, merge_op_);
 }
 
+void Reducer::merge_streaming(void* dst, const void* a, const void* b, size_t count) const {
+  if (count == 0) return;
+  kernels::reduce2_on(kernels::active_isa(), dst, a, b, count, dtype_, merge_op_, 1.0,
+                      /*nt_threshold=*/0);
+}
+
 void Reducer::load(void* dst, const void* src, size_t count) const {
   if (count == 0) return;
   if (op_ == ReduceOp::PREMUL_SUM) {

@@ -70,6 +70,10 @@ class Reducer {
   /// dst = a (+) b for two partial results (already scaled for PREMUL_SUM). dst may be a or
   /// b. The result does not depend on the order of a and b (the ops are commutative).
   void merge(void* dst, const void* a, const void* b, size_t count) const;
+  /// merge() writing an out-of-place result with streaming stores whatever its size: for a
+  /// result not read again before it has left the caches (a ring's final block of a large
+  /// buffer), so that its lines are not first read for ownership.
+  void merge_streaming(void* dst, const void* a, const void* b, size_t count) const;
   /// dst = this rank's contribution from its input: a copy, or the scaled input for
   /// PREMUL_SUM. dst may be src.
   void load(void* dst, const void* src, size_t count) const;
