@@ -214,7 +214,7 @@ void allgather_shm(Team& t, const void* in_v, void* out_v, size_t m) {
       t.wait_peer(r, v, kOp);
       if (i == 1 && next) {
         // The policy learns from the steps that move a whole chunk each way.
-        t.stage_policy(Team::StageUse::AllGather)
+        t.stage_policy(in_place ? Team::StageUse::AllGather : Team::StageUse::AllGatherOutOfPlace)
             .write(c1, stream && c1 == chunk && c == chunk, [&](bool nt) {
               return fused_step(in + off1, t.staging(me, h1),
                                 in_place ? nullptr : out + me * m + off1, c1, t.staging(r, h),

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstring>
+#include <iterator>
 #include <random>
 #include <sstream>
 
@@ -243,7 +244,9 @@ std::unique_ptr<HostColl> HostColl::create(Store& store, int rank, int size, Dea
 HostColl::~HostColl() {
   if (!team_ || !log::enabled(log::Level::Info, log::Subsys::COLL)) return;
   // What each collective's staging-store policy learned (docs/shm_collectives.md).
-  const char* names[] = {"all_reduce", "all_gather", "broadcast"};
+  const char* names[] = {"all_reduce", "all_gather (in place)", "all_gather (out of place)",
+                         "broadcast"};
+  static_assert(std::size(names) == static_cast<size_t>(Team::StageUse::kCount));
   for (int u = 0; u < static_cast<int>(Team::StageUse::kCount); ++u) {
     const StagePolicy& p = team_->stage_policy(static_cast<Team::StageUse>(u));
     if (p.timed_chunks(false) + p.timed_chunks(true) == 0) continue;

@@ -233,8 +233,9 @@ class Team {
   /// Set after a timeout: the phases of the ranks no longer agree.
   bool broken() const { return broken_; }
   /// The collectives that write staging chunks with a StagePolicy: each learns on its own,
-  /// since the loops they time move different amounts per chunk.
-  enum class StageUse { AllReduce, AllGather, Broadcast, kCount };
+  /// since the loops they time move different amounts per chunk (all_gather out of place also
+  /// writes its own block: a rate learned there would mislead in place, and back).
+  enum class StageUse { AllReduce, AllGather, AllGatherOutOfPlace, Broadcast, kCount };
   /// How this rank writes the staging chunks of large transfers of `use` (cached or
   /// streaming stores).
   StagePolicy& stage_policy(StageUse use) { return stage_policies_[static_cast<size_t>(use)]; }
