@@ -107,7 +107,8 @@ constexpr Param kParams[] = {
    "into the receive buffer); smaller ones are sent eagerly. Default: each transport's "
    "suggestion (tpinfo shows it).", "p2p"},
   {"TPCOMM_WAIT_SPIN_US", T::Int, "100", "0..10000000",
-   "Adaptive wait: microseconds a waiting thread busy-polls before it starts yielding.", "p2p"},
+   "Adaptive wait: microseconds a waiting thread busy-polls before it starts yielding (2 "
+   "when unset and LOCAL_WORLD_SIZE exceeds the host's cores).", "p2p"},
   {"TPCOMM_WAIT_YIELD_US", T::Int, "2000", "0..10000000",
    "Adaptive wait: microseconds a waiting thread polls with sched_yield() after spinning, "
    "before it sleeps until the progress thread wakes it.", "p2p"},

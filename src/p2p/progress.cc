@@ -225,6 +225,11 @@ void Engine::wait_impl(Op& op, std::chrono::steady_clock::time_point until,
       }
       return nhints > 0;
     };
+    // The clock is read every 16 rounds (a round that finds nothing is cheap over shm), or
+    // every round when waits spin at most a few microseconds (oversubscribed: a tcp round is a
+    // system call, and 16 of them before the first reading kept the core from the peer that
+    // shares it for tens of microseconds per wait).
+    const unsigned clock_mask = spin_us_ <= 2 ? 0u : 15u;
     try {
       unsigned spins = 0;
       while (!op.done.load(std::memory_order_acquire)) {
@@ -265,7 +270,7 @@ void Engine::wait_impl(Op& op, std::chrono::steady_clock::time_point until,
           mu_.unlock();
           if (op.done.load(std::memory_order_acquire)) break;
         }
-        if ((++spins & 15) != 0) continue;  // the clock is read every 16 rounds only
+        if ((++spins & clock_mask) != 0) continue;
         auto now = Clock::now();
         if (!clocked) {
           clocked = true;
