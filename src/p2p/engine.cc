@@ -56,16 +56,13 @@ Engine::Engine(const Options& options) : opt_(options) {}
 
 std::shared_ptr<Engine> Engine::create(const Options& options) {
   std::shared_ptr<Engine> e(new Engine(options));
-  e->spin_us_ = config::get_int("TPCOMM_WAIT_SPIN_US");
-  // More ranks on this host than it has cores (LOCAL_WORLD_SIZE, from tprun or torchrun): a
-  // spinning waiter holds the core a peer needs to answer, so waits start yielding after 2 us,
-  // as the shm collectives' do, unless TPCOMM_WAIT_SPIN_US says otherwise. Measured with 4
-  // ranks on 2 cores (tcp 8-byte all_reduce): bench/RESULTS.md, session 12.
-  if (!config::is_set("TPCOMM_WAIT_SPIN_US") && config::is_set("LOCAL_WORLD_SIZE")) {
-    const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    if (cpus > 0 && config::get_int("LOCAL_WORLD_SIZE") > cpus)
-      e->spin_us_ = std::min<int64_t>(e->spin_us_, 2);
-  }
+  // More ranks on this host than it has cores (LOCAL_WORLD_SIZE, from tprun or torchrun):
+  // waits start yielding after 2 us, as the shm collectives' do, unless TPCOMM_WAIT_SPIN_US
+  // says otherwise (docs/transport.md, Progress).
+  e->spin_us_ = wait_spin_us(
+      config::get_int("TPCOMM_WAIT_SPIN_US"), config::is_set("TPCOMM_WAIT_SPIN_US"),
+      config::is_set("LOCAL_WORLD_SIZE") ? config::get_int("LOCAL_WORLD_SIZE") : 0,
+      sysconf(_SC_NPROCESSORS_ONLN));
   e->yield_us_ = config::get_int("TPCOMM_WAIT_YIELD_US");
   e->beat_interval_ = config::get_duration("TPCOMM_HEARTBEAT_INTERVAL");
   e->beat_timeout_ = config::get_duration("TPCOMM_HEARTBEAT_TIMEOUT");

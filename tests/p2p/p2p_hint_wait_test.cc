@@ -3,11 +3,14 @@
 // spin phase (TPCOMM_WAIT_SPIN_US) every wait here runs in that mode: late messages, a
 // ping-pong, any-source receives, a second thread posting while another spins, and the
 // group destroyed under a spinning waiter (shutdown must wait for it to stop calling the
-// transports before closing them) all behave as without it.
+// transports before closing them) all behave as without it. And the oversubscribed wait: a
+// 2 us spin when LOCAL_WORLD_SIZE exceeds the cores, with the clock read every round.
+#include <algorithm>
 #include <atomic>
 #include <thread>
 #include <vector>
 
+#include "p2p/engine_internal.h"
 #include "p2p/p2p_test_util.h"
 
 namespace tpcomm::testing {
@@ -190,6 +193,47 @@ TEST(HintWait, DestroyWhileAThreadSpins) {
         }
       },
       long_spin());
+  EXPECT_TRUE(ranks_ok(r));
+}
+
+// Oversubscribed hosts (LOCAL_WORLD_SIZE above the cores) spin 2 us unless the user chose.
+TEST(OversubscribedWait, SpinIsCutOnlyWhenRanksOutnumberCoresAndTheUserDidNotChoose) {
+  EXPECT_EQ(p2p::wait_spin_us(100, false, 8, 2), 2);
+  EXPECT_EQ(p2p::wait_spin_us(100, false, 2, 2), 100);   // one rank per core
+  EXPECT_EQ(p2p::wait_spin_us(100, false, 0, 2), 100);   // no launcher told us
+  EXPECT_EQ(p2p::wait_spin_us(100, true, 8, 2), 100);    // TPCOMM_WAIT_SPIN_US set
+  EXPECT_EQ(p2p::wait_spin_us(1, false, 8, 2), 1);       // never raised
+  EXPECT_EQ(p2p::wait_spin_us(100, false, 8, -1), 100);  // unknown core count
+}
+
+// The short-spin path (clock read every round, yielding after 2 us) over tcp: late messages,
+// a ping-pong and collectives complete, with the right values.
+TEST(OversubscribedWait, TcpPingPongAndCollectivesWithTheShortSpin) {
+  RunOptions o;
+  o.env["LOCAL_WORLD_SIZE"] = "4096";  // more ranks than any test machine's cores
+  auto r = run_ranks(
+      3,
+      [&](RankContext& c) {
+        auto pg = make_world(c, "tcp");
+        const int next = (c.rank + 1) % 3, prev = (c.rank + 2) % 3;
+        for (int32_t i = 0; i < 200; ++i) {
+          int32_t out = i * 10 + c.rank, in = -1;
+          if (i % 50 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(3));
+          auto s = pg->isend(Tensor::of(&out, 1), next);
+          pg->recv(Tensor::of(&in, 1), prev);
+          s->wait();
+          ASSERT_EQ(in, i * 10 + prev);
+        }
+        std::vector<float> v(1000, static_cast<float>(c.rank + 1));
+        for (int k = 0; k < 20; ++k) {
+          std::fill(v.begin(), v.end(), static_cast<float>(c.rank + 1));
+          pg->all_reduce(Tensor::of(v.data(), v.size()));
+          ASSERT_EQ(v[0], 6.0f);
+          ASSERT_EQ(v[999], 6.0f);
+        }
+        pg->destroy();
+      },
+      o);
   EXPECT_TRUE(ranks_ok(r));
 }
 
