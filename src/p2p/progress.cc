@@ -190,9 +190,10 @@ void Engine::wait_impl(Op& op, std::chrono::steady_clock::time_point until,
     // The progress thread stays parked while a thread spins, and for about kLinger after
     // (spin_epoch_ changed), so that back-to-back waits (a ping-pong) never hand the
     // transports to it and back. A thread about to sleep hands them over at once. A wait
-    // counts itself in spinners_ only at its first clock reading (16 rounds): one that ends
-    // sooner (the latency path) costs no atomic read-modify-write; the epoch it bumps when it
-    // ends keeps a parked progress thread lingering.
+    // counts itself in spinners_ only at its first clock reading (after 16 rounds, or 1 with
+    // the short oversubscribed spin: clock_mask below): one that ends sooner (the latency
+    // path) costs no atomic read-modify-write; the epoch it bumps when it ends keeps a parked
+    // progress thread lingering.
     bool spinning = true;
     bool counted = false;
     // Hint mode (kHintLooks): the used transports as of the last locked round, whether that

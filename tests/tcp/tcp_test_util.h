@@ -67,15 +67,15 @@ struct FakePeer {
 
   /// Connects and completes the handshake; the transport under test must be progressed
   /// meanwhile (pump_fn is called while waiting for its answer). `nsocks`: how many sockets
-  /// the hello announces (this one is the first).
+  /// the hello announces; `index`: which one this is (0: the message socket, others: puts).
   bool connect(const std::vector<uint8_t>& address, int src, int dst, int world,
                const std::function<void()>& pump_fn, const std::string& job = "tcp-test",
-               uint16_t nsocks = 1) {
+               uint16_t nsocks = 1, uint16_t index = 0) {
     auto [host, port] = net::split_host_port(std::string(address.begin(), address.end()));
     fd = net::connect_to(host, port, Deadline::after(10s));
     tcp::Hello h;
     h.nsocks = nsocks;
-    h.index = 0;
+    h.index = index;
     h.src = src;
     h.dst = dst;
     h.world_size = world;

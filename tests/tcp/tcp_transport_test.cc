@@ -268,6 +268,42 @@ TEST_P(TcpTransportTest, AFirstSocketAloneDoesNotMoveTheMessages) {
   EXPECT_TRUE(sa.errors.empty() && sb.errors.empty());
 }
 
+// The higher rank goes away after answering kAckShared but before its Switch went out (its own
+// sockets were not answered yet): the lower rank, holding its own sockets for that Switch,
+// fails the link naming the rank instead of waiting forever.
+TEST_P(TcpTransportTest, APeerGoneBeforeItsSwitchFailsTheLink) {
+  auto a = make_tcp(0, 2);
+  Sink sa;
+  {
+    auto b = make_tcp(1, 2);
+    Sink sb;
+    auto deadline = Clock::now() + 30s;
+    auto& tb = static_cast<tcp::TcpEndpoint&>(b->connect(0, a->address(), deadline));
+    a->connect(1, b->address(), deadline);
+    // Rank 1 alone: it accepts and answers rank 0's sockets (kAckShared) and moves; its Switch
+    // waits on its own first socket, which rank 0 has not answered. Then it is gone.
+    ASSERT_TRUE(pump({{b.get(), &sb}}, [&] { return tb.msg_tx_ != nullptr; }));
+    ASSERT_FALSE(tb.ready());
+  }
+  ASSERT_TRUE(pump({{a.get(), &sa}}, [&] { return !sa.errors.empty(); }));
+  EXPECT_EQ(sa.errors[0].first, 1);
+  EXPECT_TRUE(contains(sa.errors[0].second, "before moving its messages")) << sa.errors[0].second;
+}
+
+// A message frame on a put socket (index >= 1, read header by header) is refused naming the rank.
+TEST_P(TcpTransportTest, AMessageOnAPutSocketIsRefused) {
+  auto a = make_tcp(0, 2);
+  Sink sa;
+  FakePeer msg, put;
+  auto pump_a = [&] { a->progress(sa); };
+  ASSERT_TRUE(msg.connect(a->address(), 1, 0, 2, pump_a, "tcp-test", 2, 0));
+  ASSERT_TRUE(put.connect(a->address(), 1, 0, 2, pump_a, "tcp-test", 2, 1));
+  ASSERT_TRUE(put.message({1, 2, 3}));
+  ASSERT_TRUE(pump({{a.get(), &sa}}, [&] { return !sa.errors.empty(); }));
+  EXPECT_EQ(sa.errors[0].first, 1);
+  EXPECT_TRUE(contains(sa.errors[0].second, "message on a put socket")) << sa.errors[0].second;
+}
+
 // Garbage where a frame header should be fails the link naming the rank and what was wrong;
 // garbage instead of a handshake is refused without harm.
 TEST_P(TcpTransportTest, GarbageIsRefusedNamingTheRank) {

@@ -188,6 +188,7 @@ transport::Endpoint& TcpTransport::connect(int peer, std::span<const uint8_t> pe
       Socket* s = new_socket(guard.release(), Socket::State::AwaitAck, where);
       s->initiated = true;
       s->bulk = i > 0;
+      if (s->bulk) s->rbuf.assign(kBulkRbuf, 0);
       s->ep = ep.get();
       made.push_back(s);
     }
@@ -294,6 +295,7 @@ void TcpTransport::attach_accepted(Socket& s, const Hello& h, const std::string&
   s.ep = ep;
   s.state = Socket::State::Open;
   s.bulk = h.index > 0;
+  if (s.bulk) s.rbuf.assign(kBulkRbuf, 0);
   ep->sockets.push_back(&s);
   // Both ranks connected: the higher one moves its messages onto the lower one's first socket
   // (device.h, msg_tx_), once every socket of that connection is here (a first socket alone

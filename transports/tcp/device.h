@@ -57,6 +57,9 @@ struct SendItem {
   size_t total() const { return owned.empty() ? kFrameSize + len : owned.size(); }
 };
 
+/// Receive buffer of a put socket: frame headers only.
+inline constexpr size_t kBulkRbuf = 4 * kFrameSize;
+
 struct Socket {
   /// AwaitAuth: the accepting side challenged the peer (shared secret) and waits for its
   /// response.
@@ -65,8 +68,9 @@ struct Socket {
   State state = State::Closed;
   TcpEndpoint* ep = nullptr;
   bool initiated = false;
-  /// A put socket (index >= 1: messages never travel on it): read frame headers alone, so that
-  /// a fragment's bytes go straight from the kernel into the destination, none through rbuf.
+  /// A put socket (index >= 1: messages never travel on it, a message there is refused): read
+  /// frame headers alone, so that a fragment's bytes go straight from the kernel into the
+  /// destination, none through rbuf (kBulkRbuf bytes).
   bool bulk = false;
   std::string where;        ///< peer address, for messages
   std::vector<uint8_t> hs;  ///< handshake bytes received so far

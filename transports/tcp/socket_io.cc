@@ -141,6 +141,9 @@ int TcpTransport::read_frames(Socket& s, transport::EventSink& sink) {
         return broken("malformed data from rank " + std::to_string(ep.peer_) + " (" + s.where +
                       "): " + err);
       if (f->kind == FrameKind::Msg) {
+        if (s.bulk)
+          return broken("rank " + std::to_string(ep.peer_) + " (" + s.where +
+                        ") sent a message on a put socket");
         if (have >= kFrameSize + f->len) {
           const uint8_t* p = s.rbuf.data() + s.rhead + kFrameSize;
           s.rhead += kFrameSize + f->len;
@@ -160,7 +163,8 @@ int TcpTransport::read_frames(Socket& s, transport::EventSink& sink) {
         s.rhead += kFrameSize;
         ep.switch_seen_ = true;
         ep.hold_ = false;
-        hot_rounds_ = 0;  // poll every socket: the held one has data
+        hot_ = nullptr;  // poll every socket from now: the held one has the next messages
+        hot_rounds_ = 0;
         continue;
       } else {
         s.rhead += kFrameSize;
@@ -219,9 +223,15 @@ int TcpTransport::read_frames(Socket& s, transport::EventSink& sink) {
       close_socket(s);
       ep.sockets.erase(std::remove(ep.sockets.begin(), ep.sockets.end(), &s), ep.sockets.end());
       if (tx) ep.tx_closed_ = true;
+      // Our own sockets held for the peer's Switch do not count: a peer that closed before
+      // writing it (killed while connecting) sends nothing more on them.
       bool others = false;
-      for (Socket* o : ep.sockets) others = others || o->state == Socket::State::Open;
+      for (Socket* o : ep.sockets)
+        others = others || (o->state == Socket::State::Open && !(ep.hold_ && o->initiated));
       if (others) return events;
+      if (ep.hold_)
+        return broken("rank " + std::to_string(ep.peer_) + " closed its connection (" + s.where +
+                      ") before moving its messages to this rank's socket (no switch frame came)");
       return broken(ep.bye_ ? "rank " + std::to_string(ep.peer_) +
                                   " closed the connection (it destroyed its process group or "
                                   "exited)"
