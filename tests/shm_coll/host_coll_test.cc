@@ -216,6 +216,41 @@ TEST_P(HostCollRanks, BroadcastAllGatherBarrier) {
   EXPECT_RANKS_OK(r);
 }
 
+// Back-to-back small broadcasts from one root while the readers lag (a sleep now and then):
+// the root runs ahead through the kSmallSlots small slots, reusing each only once every
+// reader has moved past it; every reader gets every call's bytes, in order, and a barrier or
+// all_reduce between them (other users of the small slots) stays consistent.
+TEST_P(HostCollRanks, SmallBroadcastsRunAheadOfLateReaders) {
+  const int n = GetParam();
+  auto r = testing::run_ranks(
+      n,
+      [&](testing::RankContext& c) {
+        auto hc = make(c);
+        const int root = n - 1;
+        for (int i = 0; i < 200; ++i) {
+          if (c.rank != root && i % 23 == c.rank % 23)
+            std::this_thread::sleep_for(std::chrono::milliseconds(2));
+          const size_t bytes = 1 + static_cast<size_t>(i * 37) % 3000;
+          std::vector<uint8_t> data = c.rank == root ? pattern(i, bytes)
+                                                     : std::vector<uint8_t>(bytes, 0);
+          BroadcastArgs a;
+          a.tensor = Tensor::raw(data.data(), static_cast<int64_t>(bytes), DType::UInt8);
+          a.root = root;
+          ASSERT_TRUE(hc->broadcast(a, dl()));
+          ASSERT_EQ(data, pattern(i, bytes)) << "call " << i << " on rank " << c.rank;
+          if (i % 50 == 49) {
+            int32_t v = c.rank + i;
+            AllReduceArgs s;
+            s.input = s.output = Tensor::of(&v, 1);
+            ASSERT_TRUE(hc->all_reduce(s, dl()));
+            ASSERT_EQ(v, n * (n - 1) / 2 + n * i);
+          }
+        }
+      },
+      opts());
+  EXPECT_RANKS_OK(r);
+}
+
 INSTANTIATE_TEST_SUITE_P(Ranks, HostCollRanks, ::testing::Values(1, 2, 3, 4, 5, 8),
                          [](const auto& info) { return std::to_string(info.param) + "ranks"; });
 

@@ -352,7 +352,7 @@ int Team::acquire_buf(const char* what) {
 
 int Team::acquire_small(const char* what) {
   int p = next_small_;
-  next_small_ ^= 1;
+  next_small_ = next_small_ + 1 == kSmallSlots ? 0 : next_small_ + 1;
   for (int r = 0; r < size_; ++r) {
     if (r != rank_) wait_peer(r, small_release_[p], what);
   }

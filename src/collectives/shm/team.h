@@ -87,7 +87,10 @@ struct alignas(kLine) StepDesc {
   uint64_t direct;
 };
 
-/// Payload bytes of each of the two small slots.
+/// Small slots per rank, used in turn: a rank reuses one only once every peer has posted a
+/// later step, so a broadcast root runs up to kSmallSlots - 1 calls ahead of its readers.
+inline constexpr int kSmallSlots = 8;
+/// Payload bytes of each small slot.
 inline constexpr size_t kSmallBytes = 8192;
 inline constexpr size_t kSmallSlotStride = (kSmallHeader + kSmallBytes + kLine - 1) / kLine * kLine;
 
@@ -118,7 +121,7 @@ inline constexpr int kBuffers = 3;
 /// Offsets inside a segment.
 inline constexpr size_t kFlagOffset = kLine;
 inline constexpr size_t kSmallOffset = kFlagOffset + sizeof(FlagLine);
-inline constexpr size_t kDescOffset = kSmallOffset + 2 * kSmallSlotStride;
+inline constexpr size_t kDescOffset = kSmallOffset + kSmallSlots * kSmallSlotStride;
 inline constexpr size_t kSharedOffset = kDescOffset + kBuffers * kLine;  // rank 0's segment
 inline constexpr size_t kStagingOffset = (kSharedOffset + 2 * kSharedArea + 4095) / 4096 * 4096;
 
@@ -297,7 +300,7 @@ class Team {
   bool check_calls_ = true;
   std::vector<uint32_t> checked_;  // the call each peer was last checked in
   uint64_t buf_release_[kBuffers] = {0, 0, 0};
-  uint64_t small_release_[2] = {0, 0};
+  uint64_t small_release_[kSmallSlots] = {};
   uint64_t shared_release_[2] = {0, 0};
   int next_shared_ = 0;
   uint64_t shared_sig_ = 0;  // sig_.call << 32 | call_hash(sig_), set by begin_call
