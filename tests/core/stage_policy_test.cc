@@ -108,6 +108,25 @@ TEST(StagePolicy, KeepsItsKindWhileTheOtherIsOnlySlightlyFaster) {
   EXPECT_GE(streamed, 988) << "stays with streaming";
 }
 
+// Back to cached stores takes a smaller margin (10%) than the move to streaming ones (25%):
+// after a far-placement spell chose streaming, cached stores 18% faster again win back, while
+// streaming stores 18% faster never displace cached ones.
+TEST(StagePolicy, ReturnsToCachedOnASmallerMargin) {
+  StagePolicy p;
+  feed(p, 100, 600000, 150000);  // far apart: streaming
+  ASSERT_GT(p.rate(true), p.rate(false));
+  const int n = 2 * static_cast<int>(StagePolicy::kMaxProbe);
+  int streamed_late = 0;
+  for (int i = 0; i < n; ++i) {  // close again: cached 13.1 GB/s, streaming 11.1
+    const bool nt = p.streaming();
+    if (nt && i >= n / 2) ++streamed_late;
+    p.record(nt, nt, kChunk, nanoseconds(nt ? 189000 : 160000));
+  }
+  EXPECT_LE(streamed_late, 3) << "back to cached stores, streaming only tried";
+  StagePolicy q;
+  EXPECT_LE(feed(q, 1000, 189000, 160000), 12) << "streaming 18% faster: cached stays";
+}
+
 // Chunks that will not be timed take the current choice and never a try of the other kind.
 TEST(StagePolicy, UnmeasuredChunksNeverTryTheOtherKind) {
   StagePolicy p;
