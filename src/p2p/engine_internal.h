@@ -10,14 +10,6 @@
 
 namespace tpcomm::p2p {
 
-/// How long a wait spins before it yields: TPCOMM_WAIT_SPIN_US (`configured`), or at most 2 us
-/// when the user did not set it and the host's ranks (`local_ranks`, LOCAL_WORLD_SIZE; 0 when
-/// unknown) outnumber its `cpus`: a spinning waiter holds the core a peer needs.
-inline int64_t wait_spin_us(int64_t configured, bool user_set, int64_t local_ranks, long cpus) {
-  if (user_set || local_ranks <= 0 || cpus <= 0 || local_ranks <= cpus) return configured;
-  return configured < 2 ? configured : 2;
-}
-
 /// A message that arrived before its receive was posted (or out of order).
 struct Incoming {
   Header h;

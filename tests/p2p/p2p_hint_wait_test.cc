@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "p2p/engine_internal.h"
+#include "core/oversubscribe.h"
 #include "p2p/p2p_test_util.h"
 
 namespace tpcomm::testing {
@@ -198,12 +198,12 @@ TEST(HintWait, DestroyWhileAThreadSpins) {
 
 // Oversubscribed hosts (LOCAL_WORLD_SIZE above the cores) spin 2 us unless the user chose.
 TEST(OversubscribedWait, SpinIsCutOnlyWhenRanksOutnumberCoresAndTheUserDidNotChoose) {
-  EXPECT_EQ(p2p::wait_spin_us(100, false, 8, 2), 2);
-  EXPECT_EQ(p2p::wait_spin_us(100, false, 2, 2), 100);   // one rank per core
-  EXPECT_EQ(p2p::wait_spin_us(100, false, 0, 2), 100);   // no launcher told us
-  EXPECT_EQ(p2p::wait_spin_us(100, true, 8, 2), 100);    // TPCOMM_WAIT_SPIN_US set
-  EXPECT_EQ(p2p::wait_spin_us(1, false, 8, 2), 1);       // never raised
-  EXPECT_EQ(p2p::wait_spin_us(100, false, 8, -1), 100);  // unknown core count
+  EXPECT_EQ(wait_spin_us(100, false, 8, 2), 2);
+  EXPECT_EQ(wait_spin_us(100, false, 2, 2), 100);   // one rank per core
+  EXPECT_EQ(wait_spin_us(100, false, 0, 2), 100);   // no launcher told us
+  EXPECT_EQ(wait_spin_us(100, true, 8, 2), 100);    // TPCOMM_WAIT_SPIN_US set
+  EXPECT_EQ(wait_spin_us(1, false, 8, 2), 1);       // never raised
+  EXPECT_EQ(wait_spin_us(100, false, 8, -1), 100);  // unknown core count
 }
 
 // The short-spin path (clock read every round, yielding after 2 us) over tcp: late messages,

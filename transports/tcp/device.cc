@@ -187,8 +187,7 @@ transport::Endpoint& TcpTransport::connect(int peer, std::span<const uint8_t> pe
                              " failed: " + errno_text(errno));
       Socket* s = new_socket(guard.release(), Socket::State::AwaitAck, where);
       s->initiated = true;
-      s->bulk = i > 0;
-      if (s->bulk) s->rbuf.assign(kBulkRbuf, 0);
+      mark_index(*s, static_cast<size_t>(i));
       s->ep = ep.get();
       made.push_back(s);
     }
@@ -294,8 +293,7 @@ void TcpTransport::attach_accepted(Socket& s, const Hello& h, const std::string&
   }
   s.ep = ep;
   s.state = Socket::State::Open;
-  s.bulk = h.index > 0;
-  if (s.bulk) s.rbuf.assign(kBulkRbuf, 0);
+  mark_index(s, h.index);
   ep->sockets.push_back(&s);
   // Both ranks connected: the higher one moves its messages onto the lower one's first socket
   // (device.h, msg_tx_), once every socket of that connection is here (a first socket alone
@@ -324,12 +322,7 @@ void TcpTransport::attach_accepted(Socket& s, const Hello& h, const std::string&
     // The Switch goes after every message already queued on our own first socket; the peer
     // reads nothing on its sockets before it.
     Socket& own = *ep->tx[0];
-    SendItem sw;
-    Frame f;
-    f.kind = FrameKind::Switch;
-    encode_frame(f, sw.hdr);
-    own.queued_bytes += kFrameSize;
-    own.msgs.push_back(std::move(sw));
+    queue_control(own, FrameKind::Switch);
     ep->msg_tx_ = ep->share_on_;
     if (ep->ready_) flush(own);
     TPLOG(INFO, TCP) << "rank " << ctx_.rank << " -> rank " << h.src
@@ -609,12 +602,7 @@ void TcpTransport::shutdown_all() {
     // stream is intended.
     for (Socket* s : ep->sockets) {
       if (!s || s->state != Socket::State::Open) continue;
-      SendItem bye;
-      Frame f;
-      f.kind = FrameKind::Bye;
-      encode_frame(f, bye.hdr);
-      s->queued_bytes += kFrameSize;
-      s->msgs.push_back(std::move(bye));
+      queue_control(*s, FrameKind::Bye);
       while ((!s->msgs.empty() || !s->puts.empty()) && flush(*s) &&
              std::chrono::steady_clock::now() < until) {
         if (s->msgs.empty() && s->puts.empty()) break;

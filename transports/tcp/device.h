@@ -92,6 +92,23 @@ struct Socket {
   bool want_out = false;  ///< EPOLLOUT registered
 };
 
+/// Marks a socket of index `index`: a put socket (index >= 1) gets a receive buffer for frame
+/// headers alone (the 512 KiB one new_socket() made is released).
+inline void mark_index(Socket& s, size_t index) {
+  s.bulk = index > 0;
+  if (s.bulk) s.rbuf = std::vector<uint8_t>(kBulkRbuf);
+}
+
+/// Queues a control frame (no payload: Bye, Switch) behind whatever the socket has queued.
+inline void queue_control(Socket& s, FrameKind kind) {
+  SendItem item;
+  Frame f;
+  f.kind = kind;
+  encode_frame(f, item.hdr);
+  s.queued_bytes += kFrameSize;
+  s.msgs.push_back(std::move(item));
+}
+
 /// Bytes of a put from the peer still to come, by the peer's put id.
 struct PutRx {
   uint64_t remaining = 0;

@@ -143,7 +143,8 @@ int TcpTransport::read_frames(Socket& s, transport::EventSink& sink) {
       if (f->kind == FrameKind::Msg) {
         if (s.bulk)
           return broken("rank " + std::to_string(ep.peer_) + " (" + s.where +
-                        ") sent a message on a put socket");
+                        ") sent a message on a put socket (a peer speaking another tpcomm "
+                        "wire version, or not tpcomm: check that every rank runs the same build)");
         if (have >= kFrameSize + f->len) {
           const uint8_t* p = s.rbuf.data() + s.rhead + kFrameSize;
           s.rhead += kFrameSize + f->len;
@@ -231,7 +232,8 @@ int TcpTransport::read_frames(Socket& s, transport::EventSink& sink) {
       if (others) return events;
       if (ep.hold_)
         return broken("rank " + std::to_string(ep.peer_) + " closed its connection (" + s.where +
-                      ") before moving its messages to this rank's socket (no switch frame came)");
+                      ") before moving its messages to this rank's socket (no switch frame "
+                      "came): it exited or was killed while connecting; see its own log");
       return broken(ep.bye_ ? "rank " + std::to_string(ep.peer_) +
                                   " closed the connection (it destroyed its process group or "
                                   "exited)"

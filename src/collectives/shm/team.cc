@@ -15,6 +15,7 @@
 #include <initializer_list>
 
 #include "collectives/types.h"
+#include "core/oversubscribe.h"
 #include "tpcomm/error.hpp"
 #include "tpcomm/types.hpp"
 
@@ -34,13 +35,6 @@ void futex_wake_all(std::atomic<uint64_t>& w) {
   ::syscall(SYS_futex, futex_word(w), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 }
 
-// The host's CPUs (not this process's affinity: ranks pinned one per core are not
-// oversubscribed).
-int online_cpus() {
-  long n = sysconf(_SC_NPROCESSORS_ONLN);
-  return n > 0 && n < INT_MAX ? static_cast<int>(n) : 1;
-}
-
 // After spinning, waiters yield this long before sleeping on a futex (as the p2p engine's
 // TPCOMM_WAIT_YIELD_US default): a peer that is merely slower is met without a wake-up.
 constexpr int kYieldUs = 2000;
@@ -58,7 +52,7 @@ Team::Team(int rank, int size, std::vector<uint8_t*> bases, size_t staging_bytes
       known_(static_cast<size_t>(size), 0),
       checked_(static_cast<size_t>(size), 0) {
   // More ranks than cores: a spinning waiter holds the core its peer needs.
-  if (size_ > online_cpus()) spin_us_ = std::min(spin_us_, 2);
+  spin_us_ = static_cast<int>(wait_spin_us(spin_us_, false, size_, online_cpus()));
   if (chunk_ < 64) chunk_ = 64;
 }
 

@@ -1,0 +1,27 @@
+// More ranks on a host than it has cores: a waiter that spins holds the core a peer needs to
+// answer, so the waits of the p2p engine and of the shm collectives spin only briefly there.
+#pragma once
+
+#include <unistd.h>
+
+#include <climits>
+#include <cstdint>
+
+namespace tpcomm {
+
+/// The host's online CPUs (not this process's affinity: ranks pinned one per core are not
+/// oversubscribed); 1 when unknown.
+inline int online_cpus() {
+  const long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 && n < INT_MAX ? static_cast<int>(n) : 1;
+}
+
+/// Microseconds a wait spins before it yields: `configured`, or at most 2 when the host's
+/// ranks (`local_ranks`; 0 when unknown) outnumber its `cpus`, unless the user set the spin
+/// (`user_set`).
+inline int64_t wait_spin_us(int64_t configured, bool user_set, int64_t local_ranks, long cpus) {
+  if (user_set || local_ranks <= 0 || cpus <= 0 || local_ranks <= cpus) return configured;
+  return configured < 2 ? configured : 2;
+}
+
+}  // namespace tpcomm
