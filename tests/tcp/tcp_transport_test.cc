@@ -30,7 +30,8 @@ class TcpTransportTest : public ::testing::TestWithParam<const char*> {
     set_env("TPCOMM_SOCKET_POLL_EVERY", GetParam());
   }
   void TearDown() override {
-    for (const char* v : {"TPCOMM_SOCKET_POLL_EVERY", "TPCOMM_SOCKET_BUFSIZE"}) set_env(v, nullptr);
+    for (const char* v : {"TPCOMM_SOCKET_POLL_EVERY", "TPCOMM_SOCKET_BUFSIZE", "TPCOMM_SOCKET_NSOCKS"})
+      set_env(v, nullptr);
   }
 };
 
@@ -117,8 +118,8 @@ TEST_P(TcpTransportTest, MessagesOfEverySizeArriveWholeAndInOrder) {
   EXPECT_TRUE(sa.errors.empty() && sb.errors.empty());
 }
 
-// While rank 0 reads one hot socket, a put striped over both sockets, and a third rank that
-// connects and sends, still arrive (the other sockets are polled every few rounds).
+// While rank 0 reads one hot socket, a put on the put socket, and a third rank that connects
+// and sends, still arrive (the other sockets are polled every few rounds).
 TEST_P(TcpTransportTest, PutsAndNewPeersMoveWhileOneSocketIsHot) {
   auto a = make_tcp(0, 3), b = make_tcp(1, 3), c = make_tcp(2, 3);
   Sink sa, sb, sc;
@@ -179,6 +180,7 @@ TEST_P(TcpTransportTest, PutsAndNewPeersMoveWhileOneSocketIsHot) {
 // travels on rank 1's own sockets; rank 0's messages arrive in order too.
 TEST_P(TcpTransportTest, BothConnectThenMessagesShareOneSocketInOrder) {
   set_env("TPCOMM_SOCKET_BUFSIZE", "128K");  // a backlog after a few messages
+  set_env("TPCOMM_SOCKET_NSOCKS", "2");       // a put striped over two sockets of rank 1's
   auto a = make_tcp(0, 2), b = make_tcp(1, 2);
   Sink sa, sb;
   auto deadline = Clock::now() + 30s;
@@ -430,7 +432,7 @@ TEST(TcpCongestion, SameHostSocketsGetRenoInAutoMode) {
     const std::string m = mode;
     const std::string want = m == "system" || m == "no_such_algorithm" ? sys : "reno";
     for (auto* ep : {static_cast<tcp::TcpEndpoint*>(ab), static_cast<tcp::TcpEndpoint*>(ba)}) {
-      ASSERT_EQ(ep->sockets.size(), 3u);  // a message socket and two put sockets
+      ASSERT_EQ(ep->sockets.size(), 2u);  // a message socket and (same host) one put socket
       for (tcp::Socket* s : ep->sockets) EXPECT_EQ(tcp::congestion_of(s->fd.get()), want);
     }
   }
@@ -447,6 +449,46 @@ TEST(TcpCongestion, SameHostMeansLoopbackOrTheLocalAddress) {
   EXPECT_TRUE(tcp::same_host(addr("fd00::1"), addr("fd00::1")));
   EXPECT_FALSE(tcp::same_host(addr("fd00::1"), addr("fd00::2")));
   EXPECT_FALSE(tcp::same_host(addr("10.1.2.3"), addr("fd00::2")));
+}
+
+// TPCOMM_SOCKET_NSOCKS: 0 (auto) connects one put socket to a peer on this host and two to
+// other hosts; a positive value is taken as it is, and the accepting side adopts the count.
+TEST(TcpOptions, PutSocketsAreOneWithinTheHostAndTwoElsewhereInAutoMode) {
+  auto addr = [](const char* ip) { return net::resolve(ip, 1).front(); };
+  EXPECT_EQ(tcp::put_sockets_for(0, addr("10.1.2.3"), addr("127.0.0.1")), 1);
+  EXPECT_EQ(tcp::put_sockets_for(0, addr("10.1.2.3"), addr("10.1.2.3")), 1);
+  EXPECT_EQ(tcp::put_sockets_for(0, addr("10.1.2.3"), addr("10.1.2.4")), 2);
+  EXPECT_EQ(tcp::put_sockets_for(0, addr("fd00::1"), addr("fd00::2")), 2);
+  EXPECT_EQ(tcp::put_sockets_for(3, addr("10.1.2.3"), addr("127.0.0.1")), 3);
+  EXPECT_EQ(tcp::put_sockets_for(1, addr("10.1.2.3"), addr("10.1.2.4")), 1);
+}
+
+TEST(TcpOptions, ConnectionsOpenTheConfiguredPutSockets) {
+  if (!has_transport("tcp")) GTEST_SKIP() << "tcp transport not built";
+  for (const char* n : {"0", "3"}) {
+    SCOPED_TRACE(n);
+    set_env("TPCOMM_SOCKET_NSOCKS", std::string(n) == "0" ? nullptr : n);
+    auto a = make_tcp(0, 2), b = make_tcp(1, 2);
+    Sink sa, sb;
+    Endpoint *ab, *ba;
+    std::tie(ab, ba) = connect_pair(*a, sa, 0, *b, sb, 1);
+    const size_t want = std::string(n) == "0" ? 2u : 4u;  // the message socket + the puts
+    for (auto* ep : {static_cast<tcp::TcpEndpoint*>(ab), static_cast<tcp::TcpEndpoint*>(ba)})
+      EXPECT_EQ(ep->sockets.size(), want);
+    // A put larger than a socket's share still arrives whole.
+    std::vector<uint8_t> src(300000), dst(src.size());
+    for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 7);
+    auto rs = a->register_memory(src.data(), src.size(), Device::cpu());
+    auto rd = b->register_memory(dst.data(), dst.size(), Device::cpu());
+    ASSERT_EQ(ab->put(*rs, 0, rd->remote_key(), 0, src.size(), 42, 7), PostStatus::Ok);
+    ASSERT_TRUE(pump({{a.get(), &sa}, {b.get(), &sb}}, [&] { return !sb.arrived.empty(); }));
+    EXPECT_EQ(sb.arrived[0], 42u);
+    ASSERT_TRUE(pump({{a.get(), &sa}, {b.get(), &sb}}, [&] { return !sa.done.empty(); }));
+    EXPECT_EQ(sa.done[0], std::make_pair(uint64_t{7}, true));
+    EXPECT_EQ(dst, src);
+    EXPECT_TRUE(sa.errors.empty() && sb.errors.empty());
+  }
+  set_env("TPCOMM_SOCKET_NSOCKS", nullptr);
 }
 
 TEST(TcpOptions, TinySocketBuffersAreRaised) {

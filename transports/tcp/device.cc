@@ -88,7 +88,10 @@ TcpTransport::TcpTransport(const transport::TransportContext& ctx, const Options
   ev.data.ptr = nullptr;  // the listener
   epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, listener_.get(), &ev);
   TPLOG(INFO, TCP) << "rank " << ctx_.rank << ": tcp listening on " << listen_addr_ << " ("
-                   << ifname << "), " << opt_.nsocks << " put sockets per peer, congestion "
+                   << ifname << "), "
+                   << (opt_.nsocks > 0 ? std::to_string(opt_.nsocks)
+                                       : std::string("1 (this host) or 2 (others)"))
+                   << " put sockets per peer, congestion "
                    << "control " << opt_.congestion << " (system: " << system_congestion() << ")";
 }
 
@@ -140,7 +143,8 @@ transport::Endpoint& TcpTransport::connect(int peer, std::span<const uint8_t> pe
   std::vector<Socket*> made;
   try {
     // Socket 0 carries messages only; puts are striped over the other nsocks.
-    const int total = opt_.nsocks + 1;
+    const int puts = put_sockets_for(opt_.nsocks, listen_sa_, addrs.front());
+    const int total = puts + 1;
     for (int i = 0; i < total; ++i) {
       const net::SockAddr& a = addrs.front();
       int fd = ::socket(a.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -198,7 +202,7 @@ transport::Endpoint& TcpTransport::connect(int peer, std::span<const uint8_t> pe
   ep->tx = made;
   ep->sockets = made;
   TPLOG(INFO, TCP) << "rank " << ctx_.rank << " -> rank " << peer << ": connecting " << made.size()
-                   << " sockets to " << where << " (one for messages, " << opt_.nsocks
+                   << " sockets to " << where << " (one for messages, " << made.size() - 1
                    << " for puts)";
   TcpEndpoint& ref = *ep;
   endpoints_.emplace(peer, std::move(ep));
@@ -232,6 +236,15 @@ int TcpTransport::accept_new() {
     ++n;
   }
   return n;
+}
+
+int put_sockets_for(int nsocks, const net::SockAddr& local, const net::SockAddr& peer) {
+  if (nsocks > 0) return nsocks;
+  // Within a host both ends of every socket run on the same cores: a second put socket adds
+  // system calls and wake-ups, not bandwidth (2-rank 256 MiB tcp all_reduce, interleaved:
+  // median 2.72 GB/s with one against 2.47 with two; bench/RESULTS.md, session 13). Across
+  // hosts two flows ride out a single flow's loss recovery.
+  return same_host(local, peer) ? 1 : 2;
 }
 
 void TcpTransport::choose_congestion(int fd, const net::SockAddr& peer, bool accepted) {

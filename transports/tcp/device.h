@@ -22,7 +22,7 @@
 namespace tpcomm::tcp {
 
 struct Options {
-  int nsocks = 2;  ///< put sockets per peer (plus one for messages)
+  int nsocks = 0;  ///< put sockets per peer (plus one for messages); 0: put_sockets_for()
   std::string ifname;
   std::string addr;  ///< explicit local address (TPCOMM_SOCKET_ADDR)
   int family = 0;    ///< AF_UNSPEC, AF_INET or AF_INET6
@@ -35,6 +35,11 @@ struct Options {
   /// Reads the TPCOMM_SOCKET_* variables.
   static Options from_env();
 };
+
+/// Put sockets of a connection from `local` (the listener's address) to `peer`: `nsocks`
+/// (TPCOMM_SOCKET_NSOCKS) when positive; 0 (auto) gives 1 within this host (same_host) and 2
+/// to other hosts.
+int put_sockets_for(int nsocks, const net::SockAddr& local, const net::SockAddr& peer);
 
 class TcpTransport;
 class TcpEndpoint;

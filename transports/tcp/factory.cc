@@ -35,9 +35,11 @@ constexpr Param kParams[] = {
    "tcp transport: interfaces to use, as NCCL_SOCKET_IFNAME: comma-separated name prefixes, "
    "'^' first to exclude, '=' first for exact names (e.g. 'eth', '^docker,lo', '=eth0'). "
    "Default: all but docker* and lo*, else lo.", "tcp"},
-  {"TPCOMM_SOCKET_NSOCKS", T::Int, "2", "1..16",
+  {"TPCOMM_SOCKET_NSOCKS", T::Int, "0", "0..16",
    "tcp transport: sockets per peer and direction that carry puts (large messages), striped "
-   "over them; each peer also gets one socket for messages only.", "tcp"},
+   "over them; each peer also gets one socket for messages only. 0 (auto): 1 to a peer on "
+   "this host (loopback: a second socket only adds work for the same two cores), 2 to the "
+   "others.", "tcp"},
   {"TPCOMM_SOCKET_POLL_EVERY", T::Int, "8", "1..1024",
    "tcp transport: while messages keep arriving on one socket and nothing else is busy, "
    "progress() reads that socket directly and polls every socket only every Nth round (one "
