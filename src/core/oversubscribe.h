@@ -2,19 +2,11 @@
 // answer, so the waits of the p2p engine and of the shm collectives spin only briefly there.
 #pragma once
 
-#include <unistd.h>
-
-#include <climits>
 #include <cstdint>
 
-namespace tpcomm {
+#include "core/cpu_limit.h"  // usable_cpus(): the CPUs to compare the host's ranks with
 
-/// The host's online CPUs (not this process's affinity: ranks pinned one per core are not
-/// oversubscribed); 1 when unknown.
-inline int online_cpus() {
-  const long n = sysconf(_SC_NPROCESSORS_ONLN);
-  return n > 0 && n < INT_MAX ? static_cast<int>(n) : 1;
-}
+namespace tpcomm {
 
 /// Microseconds a wait spins before it yields: `configured`, or at most 2 when the host's
 /// ranks (`local_ranks`; 0 when unknown) outnumber its `cpus`, unless the user set the spin
