@@ -84,9 +84,12 @@ Membership membership(const std::string& text) {
   return m;
 }
 
-// `path` and its ancestors up to "/", deepest first ("/a/b" -> "/a/b", "/a", "").
+// `path` and its ancestors up to "/", deepest first ("/a/b" -> "/a/b", "/a", ""). A path
+// outside the namespace's root ("/../x", a process in another cgroup namespace) gives the root
+// alone.
 std::vector<std::string> lineage(std::string path) {
   std::vector<std::string> out;
+  if (path.find("..") != std::string::npos) path.clear();
   while (!path.empty() && path.back() == '/') path.pop_back();
   for (;;) {
     out.push_back(path);
@@ -95,6 +98,17 @@ std::vector<std::string> lineage(std::string path) {
     path = slash == std::string::npos ? "" : path.substr(0, slash);
   }
   return out;
+}
+
+// The CPU list of the deepest cgroup on `dirs` whose `file` is readable and well formed: a
+// container's own cgroup is often the mount's root (a bind mount; /proc/self/cgroup still
+// names the host's path), or lacks the cpuset controller (its parent's set applies).
+int cpuset_along(const std::string& base, const std::vector<std::string>& dirs, const char* file) {
+  for (const std::string& d : dirs) {
+    const int n = count_cpu_list(read_file(base + d + "/" + file));
+    if (n > 0) return n;
+  }
+  return 0;
 }
 
 // The smaller positive limit (0: none).
@@ -134,13 +148,15 @@ int count_cpu_list(const std::string& list) {
       return 0;
     }
     count += static_cast<int>(hi - lo + 1);
+    if (count > 1 << 24) return 0;  // no machine has that many: garbage
   }
   return count;
 }
 
 int quota_cpus(long long quota, long long period) {
   if (quota <= 0 || period <= 0) return 0;
-  const long long n = (quota + period - 1) / period;
+  // Rounded down (at least 1): ranks that spin on a fraction of a CPU are throttled.
+  const long long n = std::max(1LL, quota / period);
   return n > INT_MAX ? INT_MAX : static_cast<int>(n);
 }
 
@@ -154,7 +170,7 @@ int cpu_max_cpus(const std::string& line) {
   return quota_cpus(quota, period);
 }
 
-int usable_cpus_under(const std::string& root, int online) {
+int container_cpus_under(const std::string& root, int online) {
   int n = online > 0 ? online : 1;
   const Membership m = membership(read_file(root + "/proc/self/cgroup"));
   const std::string cg = root + "/sys/fs/cgroup";
@@ -164,8 +180,7 @@ int usable_cpus_under(const std::string& root, int online) {
     for (const std::string& base : {cg, cg + "/unified"}) {
       if (::access((base + "/cgroup.controllers").c_str(), F_OK) != 0) continue;
       const auto dirs = lineage(m.v2);
-      limit = tighter(limit, count_cpu_list(read_file(base + dirs.front() +
-                                                      "/cpuset.cpus.effective")));
+      limit = tighter(limit, cpuset_along(base, dirs, "cpuset.cpus.effective"));
       for (const std::string& d : dirs)
         limit = tighter(limit, cpu_max_cpus(read_file(base + d + "/cpu.max")));
       break;
@@ -185,17 +200,16 @@ int usable_cpus_under(const std::string& root, int online) {
   if (m.has_cpuset_v1) {
     const std::string d = v1_dir(cg, {"cpuset"});
     if (!d.empty())
-      limit = tighter(limit, count_cpu_list(read_file(d + lineage(m.cpuset_v1).front() +
-                                                      "/cpuset.effective_cpus")));
+      limit = tighter(limit, cpuset_along(d, lineage(m.cpuset_v1), "cpuset.effective_cpus"));
   }
   return std::max(1, tighter(n, limit));
 }
 
 }  // namespace cpu_limit_detail
 
-int usable_cpus() {
+int container_cpus() {
   const long online = sysconf(_SC_NPROCESSORS_ONLN);
-  return cpu_limit_detail::usable_cpus_under(
+  return cpu_limit_detail::container_cpus_under(
       "", online > 0 && online < INT_MAX ? static_cast<int>(online) : 1);
 }
 

@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "core/cpu_limit.h"  // usable_cpus(): the CPUs to compare the host's ranks with
+#include "core/cpu_limit.h"  // container_cpus(): the CPUs to compare the host's ranks with
 
 namespace tpcomm {
 

@@ -63,7 +63,7 @@ std::shared_ptr<Engine> Engine::create(const Options& options) {
   e->spin_us_ = wait_spin_us(
       config::get_int("TPCOMM_WAIT_SPIN_US"), config::is_set("TPCOMM_WAIT_SPIN_US"),
       config::is_set("LOCAL_WORLD_SIZE") ? config::get_int("LOCAL_WORLD_SIZE") : 0,
-      usable_cpus());
+      container_cpus());
   e->yield_us_ = config::get_int("TPCOMM_WAIT_YIELD_US");
   e->beat_interval_ = config::get_duration("TPCOMM_HEARTBEAT_INTERVAL");
   e->beat_timeout_ = config::get_duration("TPCOMM_HEARTBEAT_TIMEOUT");

@@ -23,11 +23,19 @@ bool contains(const std::string& s, const std::string& part) {
 }
 
 // Parameter: TPCOMM_SOCKET_POLL_EVERY ("1": poll every round, the path without a hot socket).
-class TcpTransportTest : public ::testing::TestWithParam<const char*> {
+// The suite runs twice: polling every socket every round with the default put sockets (one
+// on loopback), and reading a hot socket for 8 rounds with two put sockets (puts striped).
+struct TcpParams {
+  const char* poll_every;
+  const char* nsocks;  // TPCOMM_SOCKET_NSOCKS, nullptr: the default
+};
+
+class TcpTransportTest : public ::testing::TestWithParam<TcpParams> {
  protected:
   void SetUp() override {
     if (!has_transport("tcp")) GTEST_SKIP() << "tcp transport not built";
-    set_env("TPCOMM_SOCKET_POLL_EVERY", GetParam());
+    set_env("TPCOMM_SOCKET_POLL_EVERY", GetParam().poll_every);
+    set_env("TPCOMM_SOCKET_NSOCKS", GetParam().nsocks);
   }
   void TearDown() override {
     for (const char* v : {"TPCOMM_SOCKET_POLL_EVERY", "TPCOMM_SOCKET_BUFSIZE", "TPCOMM_SOCKET_NSOCKS"})
@@ -412,8 +420,6 @@ TEST_P(TcpTransportTest, PeerKilledMidMessageFailsNamingTheRank) {
   EXPECT_TRUE(sa.arrived.empty());
 }
 
-// A socket buffer too small to move data on loopback is raised to the floor; 0 (the kernel's
-// auto-tuning) and larger values are kept.
 // TPCOMM_SOCKET_CONGESTION: "auto" gives every socket of a same-host pair reno (the
 // connecting ones before connect(), the accepted ones from the listener); "system" leaves the
 // kernel's default; a name is set on every socket, and one the kernel refuses changes nothing.
@@ -463,8 +469,14 @@ TEST(TcpOptions, PutSocketsAreOneWithinTheHostAndTwoElsewhereInAutoMode) {
   EXPECT_EQ(tcp::put_sockets_for(1, addr("10.1.2.3"), addr("10.1.2.4")), 1);
 }
 
+// Unsets TPCOMM_SOCKET_NSOCKS however the test ends.
+struct NsocksReset {
+  ~NsocksReset() { set_env("TPCOMM_SOCKET_NSOCKS", nullptr); }
+};
+
 TEST(TcpOptions, ConnectionsOpenTheConfiguredPutSockets) {
   if (!has_transport("tcp")) GTEST_SKIP() << "tcp transport not built";
+  NsocksReset reset;
   for (const char* n : {"0", "3"}) {
     SCOPED_TRACE(n);
     set_env("TPCOMM_SOCKET_NSOCKS", std::string(n) == "0" ? nullptr : n);
@@ -488,9 +500,47 @@ TEST(TcpOptions, ConnectionsOpenTheConfiguredPutSockets) {
     EXPECT_EQ(dst, src);
     EXPECT_TRUE(sa.errors.empty() && sb.errors.empty());
   }
-  set_env("TPCOMM_SOCKET_NSOCKS", nullptr);
 }
 
+// Ranks with different settings still connect: when both connect at once each connection has
+// the count its connecting side chose (rank 0: 1 + 3 sockets, rank 1: 1 + 1; each sends its
+// puts on its own), and puts move both ways.
+TEST(TcpOptions, RanksWithDifferentPutSocketCountsInteroperate) {
+  if (!has_transport("tcp")) GTEST_SKIP() << "tcp transport not built";
+  NsocksReset reset;
+  set_env("TPCOMM_SOCKET_NSOCKS", "3");
+  auto a = make_tcp(0, 2);
+  set_env("TPCOMM_SOCKET_NSOCKS", nullptr);
+  auto b = make_tcp(1, 2);
+  Sink sa, sb;
+  const auto deadline = Clock::now() + 30s;
+  Endpoint* ba = &b->connect(0, a->address(), deadline);
+  Endpoint* ab = &a->connect(1, b->address(), deadline);
+  ASSERT_TRUE(pump({{a.get(), &sa}, {b.get(), &sb}}, [&] { return ab->ready() && ba->ready(); }));
+  auto& ta = static_cast<tcp::TcpEndpoint&>(*ab);
+  auto& tb = static_cast<tcp::TcpEndpoint&>(*ba);
+  EXPECT_EQ(ta.tx.size(), 4u);  // rank 0's own connection
+  EXPECT_EQ(tb.tx.size(), 2u);  // rank 1's
+  std::vector<uint8_t> x(400000), y(400000), xd(x.size()), yd(y.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    x[i] = static_cast<uint8_t>(i * 3);
+    y[i] = static_cast<uint8_t>(i * 5 + 1);
+  }
+  auto rx = a->register_memory(x.data(), x.size(), Device::cpu());
+  auto ryd = b->register_memory(yd.data(), yd.size(), Device::cpu());
+  auto ry = b->register_memory(y.data(), y.size(), Device::cpu());
+  auto rxd = a->register_memory(xd.data(), xd.size(), Device::cpu());
+  ASSERT_EQ(ab->put(*rx, 0, ryd->remote_key(), 0, x.size(), 1, 11), PostStatus::Ok);
+  ASSERT_EQ(ba->put(*ry, 0, rxd->remote_key(), 0, y.size(), 2, 22), PostStatus::Ok);
+  ASSERT_TRUE(pump({{a.get(), &sa}, {b.get(), &sb}},
+                   [&] { return !sa.arrived.empty() && !sb.arrived.empty(); }));
+  EXPECT_EQ(yd, x);
+  EXPECT_EQ(xd, y);
+  EXPECT_TRUE(sa.errors.empty() && sb.errors.empty());
+}
+
+// A socket buffer too small to move data on loopback is raised to the floor; 0 (the kernel's
+// auto-tuning) and larger values are kept.
 TEST(TcpOptions, TinySocketBuffersAreRaised) {
   for (auto [given, expect] :
        {std::pair<const char*, uint64_t>{"4096", 65536}, {"0", 0}, {"256K", 262144}}) {
@@ -502,8 +552,14 @@ TEST(TcpOptions, TinySocketBuffersAreRaised) {
   config::reload();
 }
 
-INSTANTIATE_TEST_SUITE_P(Tcp, TcpTransportTest, ::testing::Values("1", "8"),
-                         [](const auto& info) { return std::string("poll_every_") + info.param; });
+INSTANTIATE_TEST_SUITE_P(Tcp, TcpTransportTest,
+                         ::testing::Values(TcpParams{"1", nullptr}, TcpParams{"8", "2"}),
+                         [](const auto& info) {
+                           return std::string("poll_every_") + info.param.poll_every +
+                                  (info.param.nsocks ? std::string("_put_sockets_") +
+                                                           info.param.nsocks
+                                                     : std::string("_put_sockets_auto"));
+                         });
 
 }  // namespace
 }  // namespace tpcomm::transport::tcp_test

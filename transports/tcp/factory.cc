@@ -38,8 +38,8 @@ constexpr Param kParams[] = {
   {"TPCOMM_SOCKET_NSOCKS", T::Int, "0", "0..16",
    "tcp transport: sockets per peer and direction that carry puts (large messages), striped "
    "over them; each peer also gets one socket for messages only. 0 (auto): 1 to a peer on "
-   "this host (loopback: a second socket only adds work for the same two cores), 2 to the "
-   "others.", "tcp"},
+   "this host (a loopback address or this rank's own: a second socket only adds work for the "
+   "same cores), 2 to the others.", "tcp"},
   {"TPCOMM_SOCKET_POLL_EVERY", T::Int, "8", "1..1024",
    "tcp transport: while messages keep arriving on one socket and nothing else is busy, "
    "progress() reads that socket directly and polls every socket only every Nth round (one "

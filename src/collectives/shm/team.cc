@@ -52,7 +52,7 @@ Team::Team(int rank, int size, std::vector<uint8_t*> bases, size_t staging_bytes
       known_(static_cast<size_t>(size), 0),
       checked_(static_cast<size_t>(size), 0) {
   // More ranks than cores: a spinning waiter holds the core its peer needs.
-  spin_us_ = static_cast<int>(wait_spin_us(spin_us_, false, size_, usable_cpus()));
+  spin_us_ = static_cast<int>(wait_spin_us(spin_us_, false, size_, container_cpus()));
   if (chunk_ < 64) chunk_ = 64;
 }
 
