@@ -2,6 +2,7 @@
 # UCX transport vs ucx_perftest in one run (issue 9): tpcomm point-to-point bandwidth over the
 # ucx transport beside ucx_perftest tag_bw (and ucp_put_bw) over the same UCX_TLS, 1 MiB ..
 # 64 MiB, for UCX's tcp and its shared memory. Prints a markdown table (bench/RESULTS.md).
+# A third column (ROTATE, below) is raw UCX receiving into as many buffers as tpcomm does.
 #
 #   bench/ucx_compare.sh [BUILD_DIR]            # default: build
 #   ROUNDS=3 bench/ucx_compare.sh build-ucx     # 3 interleaved rounds: best and median
@@ -65,6 +66,12 @@ THP_MATCH=${THP_MATCH:-1}
 PIN=${PIN:-0}
 SRC=${SRC:-real}
 SIZES=${SIZES:-"1048576 4194304 16777216 67108864"}
+# ROTATE=1 (default): a third reference, bench/ucx_rotate.cpp (built here against UCX's
+# headers): raw UCP tag streaming like tag_bw, but with the receiver cycling over W buffers, as
+# p2p_bench must (two receives posted on one buffer are an error in tpcomm). The difference
+# between it and tag_bw is the receive memory's footprint alone; tpcomm against it is the
+# like-for-like ratio.
+ROTATE=${ROTATE:-1}
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 command -v ucx_perftest >/dev/null || { echo "ucx_perftest not found (apt install ucx-utils)"; exit 1; }
@@ -129,6 +136,12 @@ perftest() {
   echo "n/a"
 }
 
+if [ "$ROTATE" = 1 ] && ! g++ -O2 -std=c++20 -o "$OUT/ucx_rotate" "$(dirname "$0")/ucx_rotate.cpp" \
+    -lucp -lucs 2>"$OUT/rot.log"; then
+  echo "note: cannot build bench/ucx_rotate.cpp ($(head -1 "$OUT/rot.log")); ROTATE=0"
+  ROTATE=0
+fi
+
 for round in $(seq "$ROUNDS"); do
   for tls in $TLSES; do  # UCX_TLS "shm" = posix, sysv, cma (and knem/xpmem if present)
     for w in $WINDOWS; do
@@ -154,6 +167,12 @@ for round in $(seq "$ROUNDS"); do
         for _ in $(seq "$PT_REPS"); do reps+=("$(perftest "$tls" tag_bw "$s" "$n" "$w")"); done
         echo "$tls,$w,$s,$(printf '%s\n' "${reps[@]}" | grep -v n/a | sort -g |
           awk '{v[NR]=$1} END{if (!NR) print "n/a"; else print v[int((NR+1)/2)]}')" >>"$OUT/tag.csv"
+        if [ "$ROTATE" = 1 ]; then
+          rp=(); [ "$PIN" = 1 ] && rp=(--pin)
+          r=$(UCX_TLS=$tls prio timeout 300 "$OUT/ucx_rotate" --size "$s" --window "$w" \
+              --buffers "$w" --count "$n" "${rp[@]}" 2>/dev/null | sed -n 's/.*median \([0-9.]*\) GB.*/\1/p')
+          echo "$tls,$w,$s,${r:-n/a}" >>"$OUT/rot.csv"
+        fi
       done
     done
     # put_bw (its default window, 32) is slow where UCX emulates it (tcp): few iterations.
@@ -176,8 +195,8 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN{if (b+0>0 && a+0>0) printf "%.0f%%", 10
 echo "load: $(uptime)"
 echo "senders read: SRC=$SRC"
 echo
-echo "| UCX_TLS | window | size | tpcomm env | tpcomm ucx GB/s best (median) | tag_bw GB/s best (median) | tpcomm / tag_bw best (median) | ucp_put_bw GB/s |"
-echo "| --- | --- | --- | --- | --- | --- | --- | --- |"
+echo "| UCX_TLS | window | size | tpcomm env | tpcomm ucx GB/s best (median) | tag_bw GB/s best (median) | tpcomm / tag_bw best (median) | raw UCX, W receive buffers, GB/s best (median) | tpcomm / it best (median) | ucp_put_bw GB/s |"
+echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 for tls in $TLSES; do
   for w in $WINDOWS; do
     for s in $SIZES; do
@@ -186,7 +205,10 @@ for tls in $TLSES; do
         am=$(stat "$OUT/tpcomm.csv" "$tls" "$w" "$s" median "$v")
         bb=$(stat "$OUT/tag.csv" "$tls" "$w" "$s" best); bm=$(stat "$OUT/tag.csv" "$tls" "$w" "$s" median)
         c=$( [ "$w" = 32 ] && [ "$PUT" = 1 ] && stat "$OUT/put.csv" "$tls" 32 "$s" best || echo "")
-        echo "| $tls | $w | $((s / 1048576)) MiB | $v | $ab ($am) | $bb ($bm) | $(ratio "$ab" "$bb") ($(ratio "$am" "$bm")) | $c |"
+        rb=n/a; rm=n/a
+        [ -f "$OUT/rot.csv" ] && rb=$(stat "$OUT/rot.csv" "$tls" "$w" "$s" best) &&
+          rm=$(stat "$OUT/rot.csv" "$tls" "$w" "$s" median)
+        echo "| $tls | $w | $((s / 1048576)) MiB | $v | $ab ($am) | $bb ($bm) | $(ratio "$ab" "$bb") ($(ratio "$am" "$bm")) | $rb ($rm) | $(ratio "$ab" "$rb") ($(ratio "$am" "$rm")) | $c |"
       done
     done
   done

@@ -1,0 +1,230 @@
+// ucx_rotate: raw UCP tag bandwidth between two processes, like ucx_perftest's tag_bw (a
+// sliding window of W sends from one buffer, W receives posted ahead), but with the receives
+// spread over R buffers in turn. R = 1 is tag_bw's memory pattern (all W receives into one
+// buffer, which stays in the caches); R = W is what an application must do when it keeps W
+// receives posted at once, and what tpcomm's p2p_bench --stream W does (two receives posted on
+// one buffer are an error there). Comparing tpcomm with R = W gives UCX itself the same memory
+// footprint (issue 9, bench/RESULTS.md).
+//
+//   g++ -O2 -std=c++20 bench/ucx_rotate.cpp -o /tmp/ucx_rotate -lucp -lucs
+//   UCX_TLS=tcp /tmp/ucx_rotate --size 1M --window 32 --buffers 32 [--count 1000] [--reps 5]
+//       [--pin]                                  # rank r on CPU r
+//
+// Prints the sender's GB/s (1e9 B/s) per repetition and their median: time from a handshake
+// to the last send completion of `count` messages, after a warm-up of one window (as tag_bw
+// measures its "overall" bandwidth on the sender).
+#include <sched.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <ucp/api/ucp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+[[noreturn]] void die(const char* what, ucs_status_t st = UCS_OK) {
+  std::fprintf(stderr, "ucx_rotate: %s%s%s\n", what, st == UCS_OK ? "" : ": ",
+               st == UCS_OK ? "" : ucs_status_string(st));
+  std::exit(1);
+}
+
+size_t parse_size(const char* s) {
+  char* end = nullptr;
+  double v = std::strtod(s, &end);
+  switch (end && *end ? *end : 0) {
+    case 'K': case 'k': v *= 1024; break;
+    case 'M': case 'm': v *= 1024 * 1024; break;
+    case 'G': case 'g': v *= 1024.0 * 1024 * 1024; break;
+    default: break;
+  }
+  return static_cast<size_t>(v);
+}
+
+// Whole-buffer writes and reads over the socketpair that bootstraps the two processes.
+void put_all(int fd, const void* p, size_t n) {
+  const auto* c = static_cast<const char*>(p);
+  while (n > 0) {
+    ssize_t k = ::write(fd, c, n);
+    if (k <= 0) die("bootstrap write failed");
+    c += k;
+    n -= static_cast<size_t>(k);
+  }
+}
+void get_all(int fd, void* p, size_t n) {
+  auto* c = static_cast<char*>(p);
+  while (n > 0) {
+    ssize_t k = ::read(fd, c, n);
+    if (k <= 0) die("bootstrap read failed");
+    c += k;
+    n -= static_cast<size_t>(k);
+  }
+}
+
+struct Ucx {
+  ucp_context_h ctx = nullptr;
+  ucp_worker_h worker = nullptr;
+  ucp_ep_h ep = nullptr;
+};
+
+Ucx setup(int fd) {
+  Ucx u;
+  ucp_params_t p{};
+  p.field_mask = UCP_PARAM_FIELD_FEATURES;
+  p.features = UCP_FEATURE_TAG;
+  ucp_config_t* cfg = nullptr;
+  if (ucs_status_t st = ucp_config_read(nullptr, nullptr, &cfg); st != UCS_OK)
+    die("ucp_config_read", st);
+  ucs_status_t st = ucp_init(&p, cfg, &u.ctx);
+  ucp_config_release(cfg);
+  if (st != UCS_OK) die("ucp_init", st);
+  ucp_worker_params_t wp{};
+  wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+  if ((st = ucp_worker_create(u.ctx, &wp, &u.worker)) != UCS_OK) die("ucp_worker_create", st);
+  ucp_address_t* addr = nullptr;
+  size_t len = 0;
+  if ((st = ucp_worker_get_address(u.worker, &addr, &len)) != UCS_OK)
+    die("ucp_worker_get_address", st);
+  uint64_t n = len;
+  put_all(fd, &n, sizeof n);
+  put_all(fd, addr, len);
+  ucp_worker_release_address(u.worker, addr);
+  get_all(fd, &n, sizeof n);
+  std::vector<char> peer(n);
+  get_all(fd, peer.data(), n);
+  ucp_ep_params_t ep{};
+  ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+  ep.address = reinterpret_cast<const ucp_address_t*>(peer.data());
+  if ((st = ucp_ep_create(u.worker, &ep, &u.ep)) != UCS_OK) die("ucp_ep_create", st);
+  return u;
+}
+
+// Waits for a request (nullptr: completed at once) and frees it.
+void wait(ucp_worker_h w, void* req) {
+  if (req == nullptr) return;
+  if (UCS_PTR_IS_ERR(req)) die("operation failed", UCS_PTR_STATUS(req));
+  while (ucp_request_check_status(req) == UCS_INPROGRESS) ucp_worker_progress(w);
+  const ucs_status_t st = ucp_request_check_status(req);
+  ucp_request_free(req);
+  if (st != UCS_OK) die("operation completed with an error", st);
+}
+
+void* send(Ucx& u, const void* buf, size_t n, ucp_tag_t tag) {
+  ucp_request_param_t rp{};
+  return ucp_tag_send_nbx(u.ep, buf, n, tag, &rp);
+}
+void* recv(Ucx& u, void* buf, size_t n, ucp_tag_t tag) {
+  ucp_request_param_t rp{};
+  return ucp_tag_recv_nbx(u.worker, buf, n, tag, ~ucp_tag_t{0}, &rp);
+}
+
+// A small message each way: both sides are at the same point.
+void line_up(Ucx& u, int rank) {
+  char x = 0;
+  if (rank == 0) {
+    wait(u.worker, send(u, &x, 1, 7));
+    wait(u.worker, recv(u, &x, 1, 8));
+  } else {
+    wait(u.worker, recv(u, &x, 1, 7));
+    wait(u.worker, send(u, &x, 1, 8));
+  }
+}
+
+// `count` messages through a window of `window`; the receiver cycles over `bufs`.
+double stream(Ucx& u, int rank, size_t size, int window, int count, char* sbuf,
+              std::vector<char*>& bufs) {
+  line_up(u, rank);
+  std::vector<void*> reqs(static_cast<size_t>(window), nullptr);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < count; ++i) {
+    void*& r = reqs[static_cast<size_t>(i % window)];
+    wait(u.worker, r);
+    r = rank == 0 ? send(u, sbuf, size, 1)
+                  : recv(u, bufs[static_cast<size_t>(i) % bufs.size()], size, 1);
+    if (UCS_PTR_IS_ERR(r)) die("post failed", UCS_PTR_STATUS(r));
+  }
+  for (void*& r : reqs) wait(u.worker, r);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  line_up(u, rank);
+  return static_cast<double>(size) * count / s / 1e9;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  size_t size = 1 << 20;
+  int window = 32, nbufs = 32, count = 0, reps = 5;
+  bool pin = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> const char* {
+      if (i + 1 >= argc) die("missing value");
+      return argv[++i];
+    };
+    if (a == "--size") size = parse_size(next());
+    else if (a == "--window") window = std::max(1, std::atoi(next()));
+    else if (a == "--buffers") nbufs = std::max(1, std::atoi(next()));
+    else if (a == "--count") count = std::max(1, std::atoi(next()));
+    else if (a == "--reps") reps = std::max(1, std::atoi(next()));
+    else if (a == "--pin") pin = true;
+    else die("usage: ucx_rotate [--size N] [--window W] [--buffers R] [--count C] [--reps K] [--pin]");
+  }
+  if (count == 0) count = static_cast<int>(std::max<size_t>(2 * window, (1ull << 30) / size));
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) die("socketpair failed");
+  const pid_t pid = ::fork();
+  if (pid < 0) die("fork failed");
+  const int rank = pid == 0 ? 1 : 0;
+  const int fd = sv[rank == 0 ? 0 : 1];
+  ::close(sv[rank == 0 ? 1 : 0]);
+  if (pin) {  // rank r on CPU r, as tag_bw's client and server under bench/ucx_compare.sh PIN=1
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(rank, &set);
+    sched_setaffinity(0, sizeof set, &set);
+  }
+  Ucx u = setup(fd);
+  // Real, written pages on both sides (page-aligned, as ucp_mem_map gives tag_bw).
+  char* sbuf = static_cast<char*>(std::aligned_alloc(4096, (size + 4095) / 4096 * 4096));
+  std::memset(sbuf, 1, size);
+  std::vector<char*> bufs;
+  if (rank == 1) {
+    for (int b = 0; b < nbufs; ++b) {
+      bufs.push_back(static_cast<char*>(std::aligned_alloc(4096, (size + 4095) / 4096 * 4096)));
+      std::memset(bufs.back(), 2, size);
+    }
+  }
+  stream(u, rank, size, window, window, sbuf, bufs);  // warm-up
+  std::vector<double> bw;
+  for (int r = 0; r < reps; ++r) bw.push_back(stream(u, rank, size, window, count, sbuf, bufs));
+  if (rank == 0) {
+    std::printf("ucx_rotate size %zu window %d buffers %d count %d:", size, window, nbufs, count);
+    for (double b : bw) std::printf(" %.2f", b);
+    std::sort(bw.begin(), bw.end());
+    std::printf("  median %.2f GB/s\n", bw[bw.size() / 2]);
+  }
+  // Close after a last line-up; the peer may be gone by then, so the close's status is not
+  // checked.
+  line_up(u, rank);
+  ucp_request_param_t cp{};
+  void* close = ucp_ep_close_nbx(u.ep, &cp);
+  if (close != nullptr && !UCS_PTR_IS_ERR(close)) {
+    while (ucp_request_check_status(close) == UCS_INPROGRESS) ucp_worker_progress(u.worker);
+    ucp_request_free(close);
+  }
+  ucp_worker_destroy(u.worker);
+  ucp_cleanup(u.ctx);
+  if (rank == 0) {
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+  }
+  return 0;
+}
