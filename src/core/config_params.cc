@@ -108,7 +108,8 @@ constexpr Param kParams[] = {
    "suggestion (tpinfo shows it).", "p2p"},
   {"TPCOMM_WAIT_SPIN_US", T::Int, "100", "0..10000000",
    "Adaptive wait: microseconds a waiting thread busy-polls before it starts yielding (2 "
-   "when unset and LOCAL_WORLD_SIZE exceeds the host's cores).", "p2p"},
+   "when unset and LOCAL_WORLD_SIZE exceeds the host's cores, counted within the container's "
+   "cgroup cpuset and CPU quota).", "p2p"},
   {"TPCOMM_WAIT_YIELD_US", T::Int, "2000", "0..10000000",
    "Adaptive wait: microseconds a waiting thread polls with sched_yield() after spinning, "
    "before it sleeps until the progress thread wakes it.", "p2p"},
@@ -183,7 +184,8 @@ constexpr Param kParams[] = {
    "collectives"},
   {"TPCOMM_SHM_COLL_SPIN_US", T::Int, "10", "0..10000000",
    "shm_direct waits: microseconds of busy polling before polling with sched_yield (2 ms), "
-   "then sleeping on a futex (cut to 2 us when the host's ranks outnumber its cores). Short: "
+   "then sleeping on a futex (cut to 2 us when the host's ranks outnumber its cores, within "
+   "the container's cgroup limits). Short: "
    "a yield returns at once on an idle core, and lets a descheduled peer run on a busy one.",
    "collectives"},
 
