@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <climits>
 #include <fstream>
 #include <sstream>
@@ -32,18 +33,11 @@ std::string trim(const std::string& s) {
   return s.substr(b, e - b);
 }
 
+// The whole of `s` as an integer (an optional '-', digits, nothing else).
 bool parse_ll(const std::string& s, long long* v) {
-  if (s.empty()) return false;
-  size_t i = s[0] == '-' ? 1 : 0;
-  if (i == s.size()) return false;
-  long long x = 0;
-  for (; i < s.size(); ++i) {
-    if (!std::isdigit(static_cast<unsigned char>(s[i]))) return false;
-    if (x > (LLONG_MAX - 9) / 10) return false;
-    x = x * 10 + (s[i] - '0');
-  }
-  *v = s[0] == '-' ? -x : x;
-  return true;
+  const char* end = s.data() + s.size();
+  auto [p, ec] = std::from_chars(s.data(), end, *v);
+  return ec == std::errc() && p == end && !s.empty();
 }
 
 // The cgroup paths of this process from /proc/self/cgroup: the v2 path ("0::/a/b") and, per

@@ -74,15 +74,10 @@ TcpTransport::TcpTransport(const transport::TransportContext& ctx, const Options
   listen_sa_ = la;
   // Accepted sockets are born with the listener's congestion control: the same-host choice in
   // auto mode (an accepted remote peer gets the system's back in choose_congestion).
-  if (opt_.congestion != "system") {
-    const std::string want = opt_.congestion == "auto" ? kLocalCongestion : opt_.congestion;
-    std::string err;
-    if (!set_congestion(listener_.get(), want, &err)) {
-      TPLOG(WARN, TCP) << "rank " << ctx_.rank << ": TCP congestion control '" << want
-                       << "' refused (" << err << "); sockets keep the system's ('"
-                       << system_congestion() << "')";
-    }
-  }
+  if (opt_.congestion != "system")
+    apply_congestion(listener_.get(),
+                     opt_.congestion == "auto" ? kLocalCongestion : opt_.congestion,
+                     "the listening socket (accepted connections inherit it)");
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.ptr = nullptr;  // the listener
@@ -261,12 +256,17 @@ void TcpTransport::choose_congestion(int fd, const net::SockAddr& peer, bool acc
     if (accepted) return;  // inherited from the listener
     want = mode;
   }
+  if (!want.empty()) apply_congestion(fd, want, "a connection with " + peer.str());
+}
+
+void TcpTransport::apply_congestion(int fd, const std::string& want, const std::string& whose) {
   std::string err;
-  if (want.empty() || set_congestion(fd, want, &err) || congestion_warned_) return;
+  if (set_congestion(fd, want, &err) || congestion_warned_) return;
   congestion_warned_ = true;
   TPLOG(WARN, TCP) << "rank " << ctx_.rank << ": TCP congestion control '" << want
-                   << "' refused for a connection with " << peer.str() << " (" << err
-                   << "); it keeps '" << congestion_of(fd) << "' (TPCOMM_SOCKET_CONGESTION)";
+                   << "' refused for " << whose << " (" << err << "); it keeps '"
+                   << congestion_of(fd)
+                   << "' (set TPCOMM_SOCKET_CONGESTION=system to leave every socket as it is)";
 }
 
 void TcpTransport::refuse(Socket& s, const std::string& reason) {

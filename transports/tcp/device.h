@@ -245,6 +245,8 @@ class TcpTransport : public transport::Transport {
   /// Sets the congestion control on a socket to (or from) `peer` (congestion.h); `accepted`:
   /// it came through the listener, whose choice it inherited.
   void choose_congestion(int fd, const net::SockAddr& peer, bool accepted);
+  /// Sets `want` on `fd`; the first refusal is logged, naming `whose` socket it was.
+  void apply_congestion(int fd, const std::string& want, const std::string& whose);
   bool congestion_warned_ = false;
   std::unordered_map<int, std::unique_ptr<TcpEndpoint>> endpoints_;
   std::unordered_map<Socket*, std::unique_ptr<Socket>> sockets_;
