@@ -106,11 +106,17 @@ Ucx setup(int fd) {
   return u;
 }
 
-// Waits for a request (nullptr: completed at once) and frees it.
+// Waits for a request (nullptr: completed at once) and frees it; gives up after 60 s (the
+// peer died or hangs).
 void wait(ucp_worker_h w, void* req) {
   if (req == nullptr) return;
   if (UCS_PTR_IS_ERR(req)) die("operation failed", UCS_PTR_STATUS(req));
-  while (ucp_request_check_status(req) == UCS_INPROGRESS) ucp_worker_progress(w);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  for (unsigned spins = 0; ucp_request_check_status(req) == UCS_INPROGRESS; ++spins) {
+    ucp_worker_progress(w);
+    if ((spins & 1023) == 0 && std::chrono::steady_clock::now() > deadline)
+      die("no completion within 60 s: is the other process still running?");
+  }
   const ucs_status_t st = ucp_request_check_status(req);
   ucp_request_free(req);
   if (st != UCS_OK) die("operation completed with an error", st);
