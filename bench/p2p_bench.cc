@@ -21,12 +21,17 @@
 // tcp (ucp_mem_map ALLOCATE by mmap, never written by tag_bw): the sender's copy into the
 // socket then takes ~40% less CPU (bench/RESULTS.md, session 7). For comparisons only.
 // --bw-only: bandwidth only (the default mode's window, without the ping-pong; lat_us is 0).
+// --alias-recv: --stream's W receive buffers are W views of one memory file: distinct
+// addresses (tpcomm refuses overlapping pending receives) over the same physical pages, so the
+// receive memory's cache footprint is one buffer, as in ucx_perftest's tag_bw, which posts all
+// W receives into one buffer. On 4 KiB pages (shared memory gets no THP here). Comparisons only.
 // --msg-pct P: --stream also prints the P-th percentile and the median of the per-message time
 // (us, rank 0, between consecutive completions), comparable with ucx_perftest's -R column.
 #include <sched.h>
 #if defined(__x86_64__)
 #include <x86intrin.h>
 #endif
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -64,7 +69,28 @@ struct Args {
   bool untouched_src = false;  // --untouched-src: the send buffer is never written (zero page)
   double msg_pct = 0;          // --msg-pct P: --stream also prints the P-th percentile message time
   bool bw_only = false;        // --bw-only: skip the ping-pong (lat_us prints 0)
+  bool alias_recv = false;     // --alias-recv: --stream's receive buffers share physical pages
 };
+
+// `count` views of one zero-filled memory file of `bytes` (--alias-recv).
+std::vector<std::unique_ptr<BenchBuffer>> aliased_buffers(size_t bytes, int count) {
+  int fd = memfd_create("p2p_bench_alias", MFD_CLOEXEC);
+  if (fd < 0 || ftruncate(fd, static_cast<off_t>(std::max<size_t>(bytes, 1))) != 0) {
+    std::string why = std::strerror(errno);
+    if (fd >= 0) close(fd);
+    throw Error("p2p_bench --alias-recv: cannot make a " + std::to_string(bytes) +
+                "-byte memory file: " + why);
+  }
+  std::vector<std::unique_ptr<BenchBuffer>> v;
+  try {
+    for (int i = 0; i < count; ++i) v.push_back(std::make_unique<BenchBuffer>(bytes, fd));
+  } catch (...) {
+    close(fd);
+    throw;
+  }
+  close(fd);  // the mappings keep the file
+  return v;
+}
 
 // A buffer of `bytes` filled with `fill`, on huge pages with `thp` (tpbench's buffers: the
 // memcpy reference uses the same kind as the transfers).
@@ -172,6 +198,7 @@ void run_rank(int rank, const std::string& dir, const std::string& transport, co
     std::printf("%12s %12s %12s %12s\n", "size", "lat_us", "bw_GBps", "memcpy_GBps");
   }
   if (a.stream > 0) {
+    if (rank == 1 && a.alias_recv) rbufs = aliased_buffers(a.max, a.stream);
     while (rank == 1 && static_cast<int>(rbufs.size()) < a.stream)
       rbufs.push_back(buffer(a.max, 0, a.thp));
     for (size_t bytes = a.min; bytes <= a.max; bytes *= 2) {
@@ -349,6 +376,8 @@ int main(int argc, char** argv) {
       a.msg_pct = std::atof(next().c_str());
     } else if (s == "--untouched-src") {
       a.untouched_src = true;
+    } else if (s == "--alias-recv") {
+      a.alias_recv = true;
     } else if (s == "--bw-only") {
       a.bw_only = true;
     } else if (s == "--split") {
@@ -359,7 +388,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: %s [--transport tcp|shm]... [--min 8] [--max 256M] [--csv] [--pin] "
                    "[--stream WINDOW] [--thp] [--lat-only SAMPLES] [--samples] [--split] "
-                   "[--untouched-src] [--msg-pct P] [--bw-only]\n",
+                   "[--untouched-src] [--msg-pct P] [--bw-only] [--alias-recv]\n",
                    argv[0]);
       return 2;
     }

@@ -72,6 +72,16 @@ SIZES=${SIZES:-"1048576 4194304 16777216 67108864"}
 # between it and tag_bw is the receive memory's footprint alone; tpcomm against it is the
 # like-for-like ratio.
 ROTATE=${ROTATE:-1}
+# ALIAS=1 (default): at a window above 1, one more tpcomm row, "alias": p2p_bench --alias-recv,
+# whose W receive buffers are W views of one memory file (distinct addresses, as tpcomm requires,
+# over the same physical pages), so the receive memory's cache footprint is tag_bw's one buffer.
+# It is the like-for-like ratio against tag_bw; the default row is the one against ROTATE.
+ALIAS=${ALIAS:-1}
+# The tpcomm variants run at window $1: VARIANTS, and "alias" (see ALIAS).
+variants_for() {
+  echo $VARIANTS
+  [ "$ALIAS" = 1 ] && [ "$1" -gt 1 ] && echo alias
+}
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 command -v ucx_perftest >/dev/null || { echo "ucx_perftest not found (apt install ucx-utils)"; exit 1; }
@@ -145,14 +155,16 @@ fi
 for round in $(seq "$ROUNDS"); do
   for tls in $TLSES; do  # UCX_TLS "shm" = posix, sysv, cma (and knem/xpmem if present)
     for w in $WINDOWS; do
-      for v in $VARIANTS; do
-        env=()
-        [ "$v" != - ] && IFS=, read -r -a env <<<"$v"
+      for v in $(variants_for "$w"); do
+        env=(); flags=()
+        if [ "$v" = alias ]; then flags=(--alias-recv); elif [ "$v" != - ]; then
+          IFS=, read -r -a env <<<"$v"
+        fi
         for s in $SIZES; do
           # The page kind tag_bw's buffers get (uct_mem.c: THP when rounding up to 2 MiB does
           # not double the size, and only where no sysv domain comes first, i.e. over tcp).
-          extra=()
-          [ "$THP_MATCH" = 1 ] && [ "$tls" = tcp ] && [ "$s" -gt 1048576 ] && extra=(--thp)
+          extra=("${flags[@]}")
+          [ "$THP_MATCH" = 1 ] && [ "$tls" = tcp ] && [ "$s" -gt 1048576 ] && extra+=(--thp)
           [ "$PIN" = 1 ] && extra+=(--pin)
           [ "$SRC" = zero ] && [ "$tls" = tcp ] && extra+=(--untouched-src)
           prio env "${env[@]}" TPCOMM_UCX_TLS=$tls timeout 300 "$BUILD/bin/p2p_bench" \
@@ -200,7 +212,7 @@ echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 for tls in $TLSES; do
   for w in $WINDOWS; do
     for s in $SIZES; do
-      for v in $VARIANTS; do
+      for v in $(variants_for "$w"); do
         ab=$(stat "$OUT/tpcomm.csv" "$tls" "$w" "$s" best "$v")
         am=$(stat "$OUT/tpcomm.csv" "$tls" "$w" "$s" median "$v")
         bb=$(stat "$OUT/tag.csv" "$tls" "$w" "$s" best); bm=$(stat "$OUT/tag.csv" "$tls" "$w" "$s" median)

@@ -32,6 +32,16 @@ BenchBuffer::BenchBuffer(size_t bytes, bool thp) {
   }
 }
 
+BenchBuffer::BenchBuffer(size_t bytes, int fd) {
+  map_len_ = std::max<size_t>(bytes, 1);
+  void* p = mmap(nullptr, map_len_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    throw Error("tpbench: cannot map a " + std::to_string(map_len_) +
+                "-byte view of a memory file: mmap: " + std::strerror(errno));
+  }
+  map_ = data_ = static_cast<uint8_t*>(p);
+}
+
 BenchBuffer::~BenchBuffer() {
   if (map_) munmap(map_, map_len_);
 }

@@ -14,6 +14,10 @@ class BenchBuffer {
   /// `bytes` (at least 1) of zeroed memory; with `thp`, 2 MiB aligned and advised
   /// MADV_HUGEPAGE (the kernel may still use small pages: THP disabled, or no huge page free).
   BenchBuffer(size_t bytes, bool thp);
+  /// A shared view of the first `bytes` (at least 1) of the memory file `fd`, which must be
+  /// that long. Several views of one file are distinct address ranges over the same physical
+  /// pages (p2p_bench --alias-recv: W receive buffers with the cache footprint of one).
+  BenchBuffer(size_t bytes, int fd);
   ~BenchBuffer();
   BenchBuffer(const BenchBuffer&) = delete;
   BenchBuffer& operator=(const BenchBuffer&) = delete;

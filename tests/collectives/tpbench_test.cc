@@ -4,12 +4,16 @@
 #include "bench/tpbench.h"
 
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "bench/bench_buffer.h"
 #include "bench/bench_ops.h"
 #include "bench/bench_options.h"
 #include "bench/bench_output.h"
@@ -300,6 +304,34 @@ TEST(TpbenchRun, OptionsThatDoNotFitTheGroupFailClearly) {
   std::tie(rc, text) = tpbench({"-h"});
   EXPECT_EQ(rc, 0);
   EXPECT_HAS(text, "usage:");
+}
+
+// p2p_bench --alias-recv: views of one memory file are distinct, non-overlapping address
+// ranges over the same physical pages: what one view writes, every other one reads.
+TEST(BenchBufferTest, ViewsOfOneMemoryFileShareTheirPages) {
+  constexpr size_t kBytes = 3 * 4096 + 100;
+  int fd = memfd_create("tpbench_test", MFD_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, kBytes), 0);
+  BenchBuffer a(kBytes, fd), b(kBytes, fd);
+  close(fd);
+  auto lo = std::min(a.data(), b.data()), hi = std::max(a.data(), b.data());
+  EXPECT_GE(hi, lo + kBytes) << "the views overlap";
+  a.data()[0] = 7;
+  a.data()[kBytes - 1] = 9;
+  EXPECT_EQ(b.data()[0], 7);
+  EXPECT_EQ(b.data()[kBytes - 1], 9);
+  b.data()[4096] = 5;
+  EXPECT_EQ(a.data()[4096], 5);
+}
+
+TEST(BenchBufferTest, AViewOfABadDescriptorFailsClearly) {
+  try {
+    BenchBuffer bad(4096, -1);
+    FAIL() << "mapping descriptor -1 succeeded";
+  } catch (const Error& e) {
+    EXPECT_HAS(e.what(), "cannot map a 4096-byte view");
+  }
 }
 
 }  // namespace
