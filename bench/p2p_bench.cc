@@ -31,7 +31,6 @@
 #if defined(__x86_64__)
 #include <x86intrin.h>
 #endif
-#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -71,26 +70,6 @@ struct Args {
   bool bw_only = false;        // --bw-only: skip the ping-pong (lat_us prints 0)
   bool alias_recv = false;     // --alias-recv: --stream's receive buffers share physical pages
 };
-
-// `count` views of one zero-filled memory file of `bytes` (--alias-recv).
-std::vector<std::unique_ptr<BenchBuffer>> aliased_buffers(size_t bytes, int count) {
-  int fd = memfd_create("p2p_bench_alias", MFD_CLOEXEC);
-  if (fd < 0 || ftruncate(fd, static_cast<off_t>(std::max<size_t>(bytes, 1))) != 0) {
-    std::string why = std::strerror(errno);
-    if (fd >= 0) close(fd);
-    throw Error("p2p_bench --alias-recv: cannot make a " + std::to_string(bytes) +
-                "-byte memory file: " + why);
-  }
-  std::vector<std::unique_ptr<BenchBuffer>> v;
-  try {
-    for (int i = 0; i < count; ++i) v.push_back(std::make_unique<BenchBuffer>(bytes, fd));
-  } catch (...) {
-    close(fd);
-    throw;
-  }
-  close(fd);  // the mappings keep the file
-  return v;
-}
 
 // A buffer of `bytes` filled with `fill`, on huge pages with `thp` (tpbench's buffers: the
 // memcpy reference uses the same kind as the transfers).
@@ -198,7 +177,7 @@ void run_rank(int rank, const std::string& dir, const std::string& transport, co
     std::printf("%12s %12s %12s %12s\n", "size", "lat_us", "bw_GBps", "memcpy_GBps");
   }
   if (a.stream > 0) {
-    if (rank == 1 && a.alias_recv) rbufs = aliased_buffers(a.max, a.stream);
+    if (rank == 1 && a.alias_recv) rbufs = BenchBuffer::views_of_one(a.max, a.stream);
     while (rank == 1 && static_cast<int>(rbufs.size()) < a.stream)
       rbufs.push_back(buffer(a.max, 0, a.thp));
     for (size_t bytes = a.min; bytes <= a.max; bytes *= 2) {

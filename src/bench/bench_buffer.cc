@@ -1,6 +1,7 @@
 #include "bench/bench_buffer.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -40,6 +41,25 @@ BenchBuffer::BenchBuffer(size_t bytes, int fd) {
                 "-byte view of a memory file: mmap: " + std::strerror(errno));
   }
   map_ = data_ = static_cast<uint8_t*>(p);
+}
+
+std::vector<std::unique_ptr<BenchBuffer>> BenchBuffer::views_of_one(size_t bytes, int count) {
+  bytes = std::max<size_t>(bytes, 1);
+  int fd = memfd_create("tpcomm_bench_views", MFD_CLOEXEC);
+  if (fd < 0 || ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    std::string why = std::strerror(errno);
+    if (fd >= 0) close(fd);
+    throw Error("tpbench: cannot make a " + std::to_string(bytes) + "-byte memory file: " + why);
+  }
+  std::vector<std::unique_ptr<BenchBuffer>> views;
+  try {
+    for (int i = 0; i < count; ++i) views.push_back(std::make_unique<BenchBuffer>(bytes, fd));
+  } catch (...) {
+    close(fd);
+    throw;
+  }
+  close(fd);  // the mappings keep the file
+  return views;
 }
 
 BenchBuffer::~BenchBuffer() {

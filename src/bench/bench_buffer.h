@@ -6,6 +6,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <vector>
 
 namespace tpcomm::bench {
 
@@ -18,6 +20,9 @@ class BenchBuffer {
   /// that long. Several views of one file are distinct address ranges over the same physical
   /// pages (p2p_bench --alias-recv: W receive buffers with the cache footprint of one).
   BenchBuffer(size_t bytes, int fd);
+  /// `count` such views of one new zero-filled memory file of `bytes`; the file lives as long
+  /// as its views. Throws Error naming the step that failed.
+  static std::vector<std::unique_ptr<BenchBuffer>> views_of_one(size_t bytes, int count);
   ~BenchBuffer();
   BenchBuffer(const BenchBuffer&) = delete;
   BenchBuffer& operator=(const BenchBuffer&) = delete;
