@@ -552,6 +552,42 @@ TEST(TcpOptions, TinySocketBuffersAreRaised) {
   config::reload();
 }
 
+// Transport::allocate_memory's default (private pages, registered): page-aligned, zeroed,
+// writable; a put into the peer's allocated region lands byte for byte; length 0 gives an
+// empty region; another device is refused with a clear error.
+TEST_P(TcpTransportTest, AllocatedMemoryTakesPuts) {
+  auto a = make_tcp(0, 2), b = make_tcp(1, 2);
+  Sink sa, sb;
+  Endpoint *ab, *ba;
+  std::tie(ab, ba) = connect_pair(*a, sa, 0, *b, sb, 1);
+  constexpr size_t kLen = (3u << 20) + 17;
+  auto src = a->allocate_memory(kLen, Device::cpu());
+  auto dst = b->allocate_memory(kLen, Device::cpu());
+  ASSERT_EQ(dst->length(), kLen);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(dst->addr()) % 4096, 0u);
+  auto* out = static_cast<uint8_t*>(dst->addr());
+  EXPECT_EQ(out[0] | out[kLen / 2] | out[kLen - 1], 0);
+  auto* in = static_cast<uint8_t*>(src->addr());
+  for (size_t i = 0; i < kLen; ++i) in[i] = pattern(5, i);
+  ASSERT_EQ(ab->put(*src, 1, dst->remote_key(), 1, kLen - 1, 42, 7), PostStatus::Ok);
+  ASSERT_TRUE(pump({{a.get(), &sa}, {b.get(), &sb}},
+                   [&] { return !sa.done.empty() && !sb.arrived.empty(); }));
+  EXPECT_EQ(sa.done[0], std::make_pair(uint64_t{7}, true));
+  EXPECT_EQ(sb.arrived[0], 42u);
+  EXPECT_EQ(out[0], 0);
+  EXPECT_EQ(std::memcmp(out + 1, in + 1, kLen - 1), 0);
+  EXPECT_EQ(a->allocate_memory(0, Device::cpu())->length(), 0u);
+  std::string err;
+  try {
+    (void)a->allocate_memory(4096, Device::cuda(0));
+  } catch (const NotSupportedError& e) {
+    err = e.what();
+  }
+  EXPECT_TRUE(contains(err, "tcp transport: allocating") && contains(err, "host memory only"))
+      << err;
+  EXPECT_TRUE(sa.errors.empty() && sb.errors.empty());
+}
+
 INSTANTIATE_TEST_SUITE_P(Tcp, TcpTransportTest,
                          ::testing::Values(TcpParams{"1", nullptr}, TcpParams{"8", "2"}),
                          [](const auto& info) {

@@ -35,6 +35,8 @@ namespace tpcomm::ucx {
   X(ucp_rkey_buffer_release)    \
   X(ucp_mem_map)                \
   X(ucp_mem_unmap)              \
+  X(ucp_mem_query)              \
+  X(ucp_rkey_ptr)               \
   X(ucp_tag_send_nbx)           \
   X(ucp_tag_send_sync_nbx)      \
   X(ucp_tag_recv_nbx)           \

@@ -37,24 +37,20 @@ PostStatus UcxEndpoint::put(const transport::MemoryRegion& src, size_t src_offse
   const UcpLib& u = t_.u_;
   const uint8_t* from = static_cast<const uint8_t*>(src.addr()) + src_offset;
   uint64_t to = dst.addr + dst_offset;
-  if (rma_ && (length == 0 || dst.blob_size > 0)) {
+  // ucp_put_nbx where UCX puts natively: over an RDMA lane (rma_), or into memory it maps here
+  // (the peer's allocate_memory over shared memory, whatever the endpoint's lanes).
+  const RKey* rk = nullptr;
+  if (length > 0 && dst.blob_size > 0) {
+    rk = &rkey_of(dst);
+    if (rk->rkey == nullptr && rma_)
+      throw InvalidArgument("ucx transport: the remote key from rank " + std::to_string(peer_) +
+                            " was refused by UCX");
+    if (!rma_ && !rk->mapped) rk = nullptr;
+  }
+  if (rk != nullptr || (rma_ && length == 0)) {
     if (length > 0) {
-      std::vector<uint8_t> blob(dst.blob_data, dst.blob_data + dst.blob_size);
-      auto it = rkeys_.find(blob);
-      if (it == rkeys_.end()) {
-        if (rkeys_.size() >= 1024 && rma_in_flight_ == 0) {
-          for (auto& [b, rk] : rkeys_) u.ucp_rkey_destroy(rk);
-          rkeys_.clear();
-        }
-        ucp_rkey_h rk = nullptr;
-        ucs_status_t st = u.ucp_ep_rkey_unpack(ep_, dst.blob_data, &rk);
-        if (st != UCS_OK)
-          throw InvalidArgument("ucx transport: the remote key from rank " + std::to_string(peer_) +
-                                " was refused: " + status_text(u, st));
-        it = rkeys_.emplace(std::move(blob), rk).first;
-      }
       ucp_request_param_t prm{};
-      void* req = u.ucp_put_nbx(ep_, from, length, to, it->second, &prm);
+      void* req = u.ucp_put_nbx(ep_, from, length, to, rk->rkey, &prm);
       if (UCS_PTR_IS_ERR(req)) {
         t_.on_ep_error(*this, UCS_PTR_STATUS(req));
         return PostStatus::PeerFailed;
@@ -122,6 +118,31 @@ PostStatus UcxEndpoint::put(const transport::MemoryRegion& src, size_t src_offse
   return PostStatus::Ok;  // a failure is reported through on_put_done(cookie, false)
 }
 
+const UcxEndpoint::RKey& UcxEndpoint::rkey_of(const transport::RemoteKey& dst) {
+  std::vector<uint8_t> blob(dst.blob_data, dst.blob_data + dst.blob_size);
+  auto it = rkeys_.find(blob);
+  if (it != rkeys_.end()) return it->second;
+  const UcpLib& u = t_.u_;
+  if (rkeys_.size() >= 1024 && rma_in_flight_ == 0) {
+    for (auto& [b, k] : rkeys_)
+      if (k.rkey) u.ucp_rkey_destroy(k.rkey);
+    rkeys_.clear();
+  }
+  RKey k;
+  if (u.ucp_ep_rkey_unpack(ep_, dst.blob_data, &k.rkey) != UCS_OK) {
+    k.rkey = nullptr;
+  } else {
+    void* local = nullptr;
+    k.mapped = u.ucp_rkey_ptr(k.rkey, dst.addr, &local) == UCS_OK && local != nullptr;
+    if (k.mapped) {
+      TPLOG(INFO, UCX) << "rank " << t_.ctx_.rank << ": rank " << peer_ << "'s region at 0x"
+                       << std::hex << dst.addr << std::dec
+                       << " is mapped here: puts into it go by ucp_put_nbx";
+    }
+  }
+  return rkeys_.emplace(std::move(blob), k).first->second;
+}
+
 void UcxEndpoint::file_data_send(Req* r, void* req) {
   if (UCS_PTR_IS_ERR(req)) {
     r->status = UCS_PTR_STATUS(req);
@@ -180,11 +201,23 @@ UcxRegion::UcxRegion(UcxTransport& t, void* addr, size_t length, Device device)
   if (st != UCS_OK)
     throw TransportError("ucx transport: ucp_mem_map of " + std::to_string(length) +
                          " bytes failed: " + status_text(u, st));
+  pack_key();
+}
+
+UcxRegion::UcxRegion(UcxTransport& t, ucp_mem_h memh, void* addr, size_t length)
+    : MemoryRegion(addr, length, Device::cpu()), t_(t), memh_(memh) {
+  key_.addr = reinterpret_cast<uintptr_t>(addr);
+  key_.length = length;
+  pack_key();
+}
+
+void UcxRegion::pack_key() {
+  const UcpLib& u = t_.u_;
   void* packed = nullptr;
   size_t size = 0;
-  st = u.ucp_rkey_pack(t.context_, memh_, &packed, &size);
+  ucs_status_t st = u.ucp_rkey_pack(t_.context_, memh_, &packed, &size);
   if (st != UCS_OK) {
-    u.ucp_mem_unmap(t.context_, memh_);
+    u.ucp_mem_unmap(t_.context_, memh_);
     throw TransportError("ucx transport: ucp_rkey_pack failed: " + status_text(u, st));
   }
   // A key larger than the blob leaves it empty: peers then put by tagged messages.
@@ -217,6 +250,38 @@ std::unique_ptr<transport::MemoryRegion> UcxTransport::register_memory(void* add
                             " memory is not supported (host memory only)");
   auto r = std::make_unique<UcxRegion>(*this, addr, length, device);
   uintptr_t a = reinterpret_cast<uintptr_t>(addr);
+  regions_.emplace(a, a + length);
+  return r;
+}
+
+std::unique_ptr<transport::MemoryRegion> UcxTransport::allocate_memory(size_t length,
+                                                                       Device device) {
+  if (device.type != DeviceType::CPU)
+    throw NotSupportedError("ucx transport: allocating " + device.str() +
+                            " memory is not supported (host memory only)");
+  if (length == 0) return register_memory(nullptr, 0, device);
+  ucp_mem_map_params_t mp{};
+  mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                  UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+  mp.address = nullptr;
+  mp.length = length;
+  mp.flags = UCP_MEM_MAP_ALLOCATE;
+  ucp_mem_h memh = nullptr;
+  ucs_status_t st = u_.ucp_mem_map(context_, &mp, &memh);
+  if (st != UCS_OK)
+    throw TransportError("ucx transport: allocating " + std::to_string(length) +
+                         " bytes with ucp_mem_map failed: " + status_text(u_, st));
+  ucp_mem_attr_t attr{};
+  attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
+  st = u_.ucp_mem_query(memh, &attr);
+  if (st != UCS_OK || attr.address == nullptr || attr.length < length) {
+    u_.ucp_mem_unmap(context_, memh);
+    throw TransportError("ucx transport: ucp_mem_query of an allocation of " +
+                         std::to_string(length) + " bytes failed: " + status_text(u_, st));
+  }
+  // The region is the length asked for (UCX may round the allocation up).
+  auto r = std::make_unique<UcxRegion>(*this, memh, attr.address, length);
+  uintptr_t a = reinterpret_cast<uintptr_t>(attr.address);
   regions_.emplace(a, a + length);
   return r;
 }

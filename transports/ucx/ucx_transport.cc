@@ -242,7 +242,8 @@ void UcxTransport::close_endpoints() {
   };
   std::vector<Closing> closing;
   for (auto& [peer, e] : eps_) {
-    for (auto& [blob, rk] : e->rkeys_) u_.ucp_rkey_destroy(rk);
+    for (auto& [blob, rk] : e->rkeys_)
+      if (rk.rkey) u_.ucp_rkey_destroy(rk.rkey);
     e->rkeys_.clear();
     if (e->ep_ == nullptr) continue;
     ucp_request_param_t prm{};

@@ -67,10 +67,19 @@ class UcxEndpoint : public transport::Endpoint {
   UcxTransport& t_;
   int peer_;
   ucp_ep_h ep_ = nullptr;
-  bool rma_ = false;     ///< put via ucp_put_nbx (else tagged messages)
+  bool rma_ = false;     ///< put via ucp_put_nbx (else tagged messages, but see RKey::mapped)
   bool failed_ = false;  ///< error reported (or about to be)
   std::string info_;     ///< lanes, for logs
-  std::map<std::vector<uint8_t>, ucp_rkey_h> rkeys_;
+  /// An unpacked remote key; mapped: UCX reaches its memory through a local mapping
+  /// (ucp_rkey_ptr succeeded: the peer's memory from ucp_mem_map ALLOCATE over shared memory),
+  /// so ucp_put_nbx into it is native even on an endpoint that otherwise puts by tags.
+  struct RKey {
+    ucp_rkey_h rkey = nullptr;
+    bool mapped = false;
+  };
+  /// The unpacked key of `dst` (cached by its blob); null rkey: UCX refused it.
+  const RKey& rkey_of(const transport::RemoteKey& dst);
+  std::map<std::vector<uint8_t>, RKey> rkeys_;
   int rma_in_flight_ = 0;
   int pid_ = -1;    ///< watched peer process (lanes without UCX peer-failure support)
   int pidfd_ = -1;  ///< pidfd of pid_ (readable once it exits), -1: kill(pid, 0)
@@ -79,11 +88,16 @@ class UcxEndpoint : public transport::Endpoint {
 /// A region mapped with ucp_mem_map; the packed rkey travels in RemoteKey.blob.
 class UcxRegion : public transport::MemoryRegion {
  public:
+  /// Registers the user's [addr, addr+length).
   UcxRegion(UcxTransport& t, void* addr, size_t length, Device device);
+  /// Adopts memory that ucp_mem_map ALLOCATE made (memh), with its rkey packed always.
+  UcxRegion(UcxTransport& t, ucp_mem_h memh, void* addr, size_t length);
   ~UcxRegion() override;
   transport::RemoteKey remote_key() const override { return key_; }
 
  private:
+  /// Packs memh_'s rkey into key_ (a key over kMaxBlob leaves the blob empty).
+  void pack_key();
   UcxTransport& t_;
   ucp_mem_h memh_ = nullptr;
   transport::RemoteKey key_;
@@ -100,6 +114,10 @@ class UcxTransport : public transport::Transport {
   transport::Endpoint& connect(int peer, std::span<const uint8_t> peer_address,
                                std::chrono::steady_clock::time_point deadline) override;
   std::unique_ptr<transport::MemoryRegion> register_memory(void* addr, size_t length,
+                                                           Device device) override;
+  /// ucp_mem_map ALLOCATE: over UCX's shared memory a segment the peer maps, so puts into it
+  /// go by ucp_put_nbx (a copy into the mapping) rather than as tagged messages.
+  std::unique_ptr<transport::MemoryRegion> allocate_memory(size_t length,
                                                            Device device) override;
   int progress(transport::EventSink& sink) override;
   int wait_fd() const override { return efd_; }

@@ -95,6 +95,16 @@ class Transport {
   virtual std::unique_ptr<MemoryRegion> register_memory(void* addr, size_t length,
                                                         Device device) = 0;
 
+  /// Allocates `length` bytes of memory that the transport owns, registered, and frees them
+  /// when the region is destroyed (ucp_mem_map ALLOCATE; compare ncclMemAlloc). Where the
+  /// transport can place it so that a peer maps it (UCX over shared memory: a sysv or posix
+  /// segment), a put into it is the peer's own memcpy instead of a message the owner's CPU
+  /// receives: one-sided and cache-speed. The default: page-aligned private pages
+  /// (zero-filled), then register_memory. Its contents are unspecified where the transport
+  /// allocates them. length 0 is allowed (no memory); NotSupportedError for a device the
+  /// transport cannot allocate on.
+  virtual std::unique_ptr<MemoryRegion> allocate_memory(size_t length, Device device);
+
   /// Reaps arrivals and completions and reports them to `sink`; advances queued sends and
   /// handshakes. Never blocks. Returns the number of events reported (0: nothing happened).
   virtual int progress(EventSink& sink) = 0;
