@@ -152,46 +152,83 @@ if [ "$ROTATE" = 1 ] && ! g++ -O2 -std=c++20 -o "$OUT/ucx_rotate" "$(dirname "$0
   ROTATE=0
 fi
 
+# One size's tpcomm rows (every variant) at window $3 over UCX_TLS $2, round $1.
+run_tpcomm() {
+  local round=$1 tls=$2 w=$3 s=$4 v env flags extra
+  for v in $(variants_for "$w"); do
+    env=(); flags=()
+    if [ "$v" = alias ]; then flags=(--alias-recv); elif [ "$v" != - ]; then
+      IFS=, read -r -a env <<<"$v"
+    fi
+    # The page kind tag_bw's buffers get (uct_mem.c: THP when rounding up to 2 MiB does
+    # not double the size, and only where no sysv domain comes first, i.e. over tcp).
+    extra=("${flags[@]}")
+    [ "$THP_MATCH" = 1 ] && [ "$tls" = tcp ] && [ "$s" -gt 1048576 ] && extra+=(--thp)
+    [ "$PIN" = 1 ] && extra+=(--pin)
+    [ "$SRC" = zero ] && [ "$tls" = tcp ] && extra+=(--untouched-src)
+    prio env "${env[@]}" TPCOMM_UCX_TLS=$tls timeout 300 "$BUILD/bin/p2p_bench" \
+      --transport ucx --min "$s" --max "$s" --stream "$w" "${extra[@]}" --csv 2>/dev/null |
+      awk -F, -v t="$tls" -v w="$w" -v v="${v//,/+}" -v r="$round" \
+        'NR>1{print t","w","$2","$4","v","r}' >>"$OUT/tpcomm.csv"
+  done
+}
+
+# One size's references at window $3: tag_bw (median of PT_REPS runs) and ucx_rotate.
+run_refs() {
+  local round=$1 tls=$2 w=$3 s=$4 n reps=() rp=() r
+  n=$((s >= 67108864 ? 64 : s >= 16777216 ? 200 : 1000))
+  for _ in $(seq "$PT_REPS"); do reps+=("$(perftest "$tls" tag_bw "$s" "$n" "$w")"); done
+  echo "$tls,$w,$s,$(median "${reps[@]}"),-,$round" >>"$OUT/tag.csv"
+  if [ "$ROTATE" = 1 ]; then
+    [ "$PIN" = 1 ] && rp=(--pin)
+    r=$(UCX_TLS=$tls prio timeout 300 "$OUT/ucx_rotate" --size "$s" --window "$w" \
+        --buffers "$w" --count "$n" "${rp[@]}" 2>/dev/null | sed -n 's/.*median \([0-9.]*\) GB.*/\1/p')
+    echo "$tls,$w,$s,${r:-n/a},-,$round" >>"$OUT/rot.csv"
+  fi
+}
+
+# One size's one-sided puts (PUT=1): tpcomm's put_bench into the peer's allocate_memory region,
+# and ucp_put_bw (median of PT_REPS runs; over tcp, where UCX emulates put, few iterations).
+run_put_tpcomm() {
+  local round=$1 tls=$2 s=$3 pp=()
+  [ "$PIN" = 1 ] && pp=(--pin)
+  prio env TPCOMM_UCX_TLS=$tls timeout 300 "$BUILD/bin/put_bench" --transport ucx \
+    --min "$s" --max "$s" --window 32 "${pp[@]}" --csv 2>/dev/null |
+    awk -F, -v t="$tls" -v r="$round" 'NR>1{print t",32,"$2","$5",-,"r}' >>"$OUT/tput.csv"
+}
+run_put_ref() {
+  local round=$1 tls=$2 s=$3 n reps=()
+  if [ "$tls" = tcp ]; then n=$((s >= 16777216 ? 4 : 40)); else
+    n=$((s >= 67108864 ? 64 : s >= 16777216 ? 200 : 1000)); fi
+  for _ in $(seq "$PT_REPS"); do reps+=("$(perftest "$tls" ucp_put_bw "$s" "$n" 32)"); done
+  echo "$tls,32,$s,$(median "${reps[@]}"),-,$round" >>"$OUT/put.csv"
+}
+
+median() { printf '%s\n' "$@" | grep -v n/a | sort -g |
+  awk '{v[NR]=$1} END{if (!NR) print "n/a"; else print v[int((NR+1)/2)]}'; }
+
+# Interleaved by size: each size's tpcomm runs and its references follow one another, in an
+# order that alternates by round (tpcomm first in odd rounds), so that a drift of the machine
+# between them (the VM's tcp phases, the memory bandwidth of the minute) falls on both sides
+# alike; the "paired" columns are the median over rounds of each round's own ratio.
 for round in $(seq "$ROUNDS"); do
   for tls in $TLSES; do  # UCX_TLS "shm" = posix, sysv, cma (and knem/xpmem if present)
     for w in $WINDOWS; do
-      for v in $(variants_for "$w"); do
-        env=(); flags=()
-        if [ "$v" = alias ]; then flags=(--alias-recv); elif [ "$v" != - ]; then
-          IFS=, read -r -a env <<<"$v"
-        fi
-        for s in $SIZES; do
-          # The page kind tag_bw's buffers get (uct_mem.c: THP when rounding up to 2 MiB does
-          # not double the size, and only where no sysv domain comes first, i.e. over tcp).
-          extra=("${flags[@]}")
-          [ "$THP_MATCH" = 1 ] && [ "$tls" = tcp ] && [ "$s" -gt 1048576 ] && extra+=(--thp)
-          [ "$PIN" = 1 ] && extra+=(--pin)
-          [ "$SRC" = zero ] && [ "$tls" = tcp ] && extra+=(--untouched-src)
-          prio env "${env[@]}" TPCOMM_UCX_TLS=$tls timeout 300 "$BUILD/bin/p2p_bench" \
-            --transport ucx --min "$s" --max "$s" --stream "$w" "${extra[@]}" --csv 2>/dev/null |
-            awk -F, -v t="$tls" -v w="$w" -v v="${v//,/+}" 'NR>1{print t","w","$2","$4","v}' \
-              >>"$OUT/tpcomm.csv"
-        done
-      done
       for s in $SIZES; do
-        n=$((s >= 67108864 ? 64 : s >= 16777216 ? 200 : 1000))
-        reps=()
-        for _ in $(seq "$PT_REPS"); do reps+=("$(perftest "$tls" tag_bw "$s" "$n" "$w")"); done
-        echo "$tls,$w,$s,$(printf '%s\n' "${reps[@]}" | grep -v n/a | sort -g |
-          awk '{v[NR]=$1} END{if (!NR) print "n/a"; else print v[int((NR+1)/2)]}')" >>"$OUT/tag.csv"
-        if [ "$ROTATE" = 1 ]; then
-          rp=(); [ "$PIN" = 1 ] && rp=(--pin)
-          r=$(UCX_TLS=$tls prio timeout 300 "$OUT/ucx_rotate" --size "$s" --window "$w" \
-              --buffers "$w" --count "$n" "${rp[@]}" 2>/dev/null | sed -n 's/.*median \([0-9.]*\) GB.*/\1/p')
-          echo "$tls,$w,$s,${r:-n/a}" >>"$OUT/rot.csv"
+        if [ $((round % 2)) = 1 ]; then
+          run_tpcomm "$round" "$tls" "$w" "$s"; run_refs "$round" "$tls" "$w" "$s"
+        else
+          run_refs "$round" "$tls" "$w" "$s"; run_tpcomm "$round" "$tls" "$w" "$s"
         fi
       done
     done
-    # put_bw (its default window, 32) is slow where UCX emulates it (tcp): few iterations.
     [ "$PUT" = 1 ] || continue
     for s in $SIZES; do
-      echo "$tls,32,$s,$(perftest "$tls" ucp_put_bw "$s" $((s >= 16777216 ? 4 : 40)) 32)" \
-        >>"$OUT/put.csv"
+      if [ $((round % 2)) = 1 ]; then
+        run_put_tpcomm "$round" "$tls" "$s"; run_put_ref "$round" "$tls" "$s"
+      else
+        run_put_ref "$round" "$tls" "$s"; run_put_tpcomm "$round" "$tls" "$s"
+      fi
     done
   done
 done
@@ -204,11 +241,22 @@ stat() { # file tls window size best|median [variant] -> GB/s over rounds
       if (m=="best") printf "%.2f", v[NR]; else printf "%.2f", (NR%2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2)}'
 }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN{if (b+0>0 && a+0>0) printf "%.0f%%", 100*a/b; else print "n/a"}'; }
+# paired A B tls window size [variant] -> median over rounds of (A's GB/s / B's) in that round
+paired() {
+  local v=${6:-}
+  awk -F, -v t="$3" -v w="$4" -v s="$5" -v v="${v//,/+}" '
+    $1==t && $2==w && $3==s && $4!="n/a" && $4+0>0 {
+      if (FILENAME==ARGV[1] && (v=="" || $5==v)) a[$6]=$4; else if (FILENAME==ARGV[2]) b[$6]=$4 }
+    END { n=0; for (r in a) if (r in b) x[++n]=a[r]/b[r]
+      if (!n) { print "n/a"; exit }
+      for (i=2;i<=n;i++) for (j=i;j>1 && x[j-1]>x[j];j--) { y=x[j]; x[j]=x[j-1]; x[j-1]=y }
+      printf "%.0f%%", 100*(n%2 ? x[(n+1)/2] : (x[n/2]+x[n/2+1])/2) }' "$1" "$2"
+}
 echo "load: $(uptime)"
 echo "senders read: SRC=$SRC"
 echo
-echo "| UCX_TLS | window | size | tpcomm env | tpcomm ucx GB/s best (median) | tag_bw GB/s best (median) | tpcomm / tag_bw best (median) | raw UCX, W receive buffers, GB/s best (median) | tpcomm / it best (median) | ucp_put_bw GB/s |"
-echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+echo "| UCX_TLS | window | size | tpcomm env | tpcomm ucx GB/s best (median) | tag_bw GB/s best (median) | tpcomm / tag_bw best (median) [paired] | raw UCX, W receive buffers, GB/s best (median) | tpcomm / it best (median) |"
+echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 for tls in $TLSES; do
   for w in $WINDOWS; do
     for s in $SIZES; do
@@ -216,12 +264,27 @@ for tls in $TLSES; do
         ab=$(stat "$OUT/tpcomm.csv" "$tls" "$w" "$s" best "$v")
         am=$(stat "$OUT/tpcomm.csv" "$tls" "$w" "$s" median "$v")
         bb=$(stat "$OUT/tag.csv" "$tls" "$w" "$s" best); bm=$(stat "$OUT/tag.csv" "$tls" "$w" "$s" median)
-        c=$( [ "$w" = 32 ] && [ "$PUT" = 1 ] && stat "$OUT/put.csv" "$tls" 32 "$s" best || echo "")
+        pr=$(paired "$OUT/tpcomm.csv" "$OUT/tag.csv" "$tls" "$w" "$s" "$v")
         rb=n/a; rm=n/a
         [ -f "$OUT/rot.csv" ] && rb=$(stat "$OUT/rot.csv" "$tls" "$w" "$s" best) &&
           rm=$(stat "$OUT/rot.csv" "$tls" "$w" "$s" median)
-        echo "| $tls | $w | $((s / 1048576)) MiB | $v | $ab ($am) | $bb ($bm) | $(ratio "$ab" "$bb") ($(ratio "$am" "$bm")) | $rb ($rm) | $(ratio "$ab" "$rb") ($(ratio "$am" "$rm")) | $c |"
+        echo "| $tls | $w | $((s / 1048576)) MiB | $v | $ab ($am) | $bb ($bm) | $(ratio "$ab" "$bb") ($(ratio "$am" "$bm")) [$pr] | $rb ($rm) | $(ratio "$ab" "$rb") ($(ratio "$am" "$rm")) |"
       done
     done
+  done
+done
+[ "$PUT" = 1 ] || exit 0
+echo
+echo "One-sided put, window 32: tpcomm put_bench (Endpoint::put with its notification into the peer's"
+echo "Transport::allocate_memory region) against ucx_perftest ucp_put_bw (into ucp_mem_map ALLOCATE memory)."
+echo
+echo "| UCX_TLS | size | tpcomm put GB/s best (median) | ucp_put_bw GB/s best (median) | tpcomm / put_bw best (median) [paired] |"
+echo "| --- | --- | --- | --- | --- |"
+for tls in $TLSES; do
+  for s in $SIZES; do
+    ab=$(stat "$OUT/tput.csv" "$tls" 32 "$s" best); am=$(stat "$OUT/tput.csv" "$tls" 32 "$s" median)
+    bb=$(stat "$OUT/put.csv" "$tls" 32 "$s" best); bm=$(stat "$OUT/put.csv" "$tls" 32 "$s" median)
+    pr=$(paired "$OUT/tput.csv" "$OUT/put.csv" "$tls" 32 "$s")
+    echo "| $tls | $((s / 1048576)) MiB | $ab ($am) | $bb ($bm) | $(ratio "$ab" "$bb") ($(ratio "$am" "$bm")) [$pr] |"
   done
 done
