@@ -3,6 +3,12 @@
 # ucx transport beside ucx_perftest tag_bw (and ucp_put_bw) over the same UCX_TLS, 1 MiB ..
 # 64 MiB, for UCX's tcp and its shared memory. Prints a markdown table (bench/RESULTS.md).
 # A third column (ROTATE, below) is raw UCX receiving into as many buffers as tpcomm does.
+# Each size's runs follow one another (tpcomm, then the references; the other way round in
+# even rounds), and the [paired] ratio is the median over rounds of each round's own ratio, so
+# that the machine's drift (the VM's tcp phases, the minute's memory bandwidth) cancels.
+# PUT=1 adds a second table: one-sided puts, bin/put_bench (Endpoint::put with notification into
+# the peer's Transport::allocate_memory region) against ucp_put_bw (into ucp_mem_map ALLOCATE
+# memory), window 32, interleaved the same way.
 #
 #   bench/ucx_compare.sh [BUILD_DIR]            # default: build
 #   ROUNDS=3 bench/ucx_compare.sh build-ucx     # 3 interleaved rounds: best and median

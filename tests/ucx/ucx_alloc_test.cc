@@ -4,6 +4,7 @@
 // put goes as tagged messages and needs the target. Over UCX's tcp (RMA emulated there) puts
 // into allocated memory also go as tagged messages, and arrive. Two transports in one
 // process, once per lane; bad requests fail clearly.
+#include <cstdio>
 #include <cstring>
 
 #include "common/transport_test_util.h"
@@ -134,6 +135,40 @@ TEST_P(UcxAlloc, AWindowOfPuts) {
   for (auto& [cookie, ok] : s[0].done) EXPECT_TRUE(ok) << cookie;
   EXPECT_EQ(seen, std::vector<int>(kWindow, 1));
   EXPECT_EQ(std::memcmp(dst->addr(), src->addr(), dst->length()), 0);
+}
+
+// The lines of /proc/self/maps: one per mapping of this process.
+size_t mappings() {
+  std::FILE* f = std::fopen("/proc/self/maps", "r");
+  if (f == nullptr) return 0;
+  size_t n = 0;
+  for (int c; (c = std::fgetc(f)) != EOF;) n += c == '\n';
+  std::fclose(f);
+  return n;
+}
+
+// The target allocates, is put into, and frees one region after another (more than the
+// initiator keeps mapped keys for): every put lands in the current region, and the initiator
+// does not keep every freed region's segment attached (each cached key that UCX mapped holds
+// one: they are dropped after 64).
+TEST_P(UcxAlloc, ManyTargetsInTurn) {
+  auto src = t[0]->allocate_memory(4096, Device::cpu());
+  const size_t before = mappings();
+  for (int i = 0; i < 150; ++i) {
+    std::memset(src->addr(), i, 4096);
+    auto dst = t[1]->allocate_memory(1 << 20, Device::cpu());
+    ASSERT_EQ(ep01->put(*src, 0, dst->remote_key(), (1 << 20) - 4096, 4096, i, i),
+              PostStatus::Ok);
+    ASSERT_TRUE(pump({{t[0].get(), &s[0]}, {t[1].get(), &s[1]}},
+                     [&] { return s[0].done.size() == 1 && s[1].arrived.size() == 1; }))
+        << "region " << i;
+    auto* out = static_cast<uint8_t*>(dst->addr()) + (1 << 20) - 4096;
+    ASSERT_EQ(out[0], static_cast<uint8_t>(i));
+    ASSERT_EQ(out[4095], static_cast<uint8_t>(i));
+    s[0].done.clear();
+    s[1].arrived.clear();
+  }
+  EXPECT_LT(mappings(), before + 100) << "the freed regions' segments stay attached";
 }
 
 // Into the user's own memory the put goes as tagged messages: it cannot complete while the

@@ -123,10 +123,13 @@ const UcxEndpoint::RKey& UcxEndpoint::rkey_of(const transport::RemoteKey& dst) {
   auto it = rkeys_.find(blob);
   if (it != rkeys_.end()) return it->second;
   const UcpLib& u = t_.u_;
-  if (rkeys_.size() >= 1024 && rma_in_flight_ == 0) {
+  // A mapped key keeps the peer's segment attached here (and so alive, even once the peer
+  // freed it) until the key is destroyed: those are dropped after kMaxMappedKeys.
+  if ((rkeys_.size() >= 1024 || mapped_keys_ >= kMaxMappedKeys) && rma_in_flight_ == 0) {
     for (auto& [b, k] : rkeys_)
       if (k.rkey) u.ucp_rkey_destroy(k.rkey);
     rkeys_.clear();
+    mapped_keys_ = 0;
   }
   RKey k;
   if (u.ucp_ep_rkey_unpack(ep_, dst.blob_data, &k.rkey) != UCS_OK) {
@@ -134,6 +137,7 @@ const UcxEndpoint::RKey& UcxEndpoint::rkey_of(const transport::RemoteKey& dst) {
   } else {
     void* local = nullptr;
     k.mapped = u.ucp_rkey_ptr(k.rkey, dst.addr, &local) == UCS_OK && local != nullptr;
+    if (k.mapped) ++mapped_keys_;
     if (k.mapped) {
       TPLOG(INFO, UCX) << "rank " << t_.ctx_.rank << ": rank " << peer_ << "'s region at 0x"
                        << std::hex << dst.addr << std::dec

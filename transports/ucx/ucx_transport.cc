@@ -245,6 +245,7 @@ void UcxTransport::close_endpoints() {
     for (auto& [blob, rk] : e->rkeys_)
       if (rk.rkey) u_.ucp_rkey_destroy(rk.rkey);
     e->rkeys_.clear();
+    e->mapped_keys_ = 0;
     if (e->ep_ == nullptr) continue;
     ucp_request_param_t prm{};
     prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;

@@ -80,6 +80,8 @@ class UcxEndpoint : public transport::Endpoint {
   /// The unpacked key of `dst` (cached by its blob); null rkey: UCX refused it.
   const RKey& rkey_of(const transport::RemoteKey& dst);
   std::map<std::vector<uint8_t>, RKey> rkeys_;
+  static constexpr int kMaxMappedKeys = 64;
+  int mapped_keys_ = 0;  ///< entries of rkeys_ that are mapped
   int rma_in_flight_ = 0;
   int pid_ = -1;    ///< watched peer process (lanes without UCX peer-failure support)
   int pidfd_ = -1;  ///< pidfd of pid_ (readable once it exits), -1: kill(pid, 0)
