@@ -486,9 +486,16 @@ bool Engine::try_post_locked(Link& l, Pending& p) {
     return true;
   }
   if (l.flow && l.credits < 2) return false;
-  transport::PostStatus ps =
-      p.is_tagged ? l.ep->send_tagged(*p.op->mr, p.offset, p.length, p.op->data_id, p.op->id)
-                  : l.ep->put(*p.op->mr, p.offset, p.key, p.offset, p.length, p.imm, p.op->id);
+  transport::PostStatus ps;
+  if (p.is_tagged && !p.hdr.empty()) {
+    iovec rts{p.hdr.data(), p.hdr.size()};
+    ps = l.ep->send_tagged_with_message({&rts, 1}, *p.op->mr, p.offset, p.length, p.op->data_id,
+                                        p.op->id);
+  } else if (p.is_tagged) {
+    ps = l.ep->send_tagged(*p.op->mr, p.offset, p.length, p.op->data_id, p.op->id);
+  } else {
+    ps = l.ep->put(*p.op->mr, p.offset, p.key, p.offset, p.length, p.imm, p.op->id);
+  }
   switch (ps) {
     case transport::PostStatus::Ok:
       if (l.flow) --l.credits;
@@ -541,10 +548,11 @@ void Engine::send_put_locked(Link& l, std::shared_ptr<Op> op, size_t offset, siz
   backlog_.insert(&l);
 }
 
-void Engine::send_tagged_locked(Link& l, std::shared_ptr<Op> op) {
+void Engine::send_tagged_locked(Link& l, std::shared_ptr<Op> op, std::span<const uint8_t> rts) {
   Pending p;
   p.is_put = true;
   p.is_tagged = true;
+  p.hdr.assign(rts.begin(), rts.end());
   p.length = op->tensor.nbytes();
   p.op = std::move(op);
   if (l.queue.empty() && try_post_locked(l, p)) return;

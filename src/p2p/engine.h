@@ -57,7 +57,8 @@ struct Pending {
   size_t offset = 0, length = 0;
   transport::RemoteKey key;
   uint32_t imm = 0;
-  /// A put (is_put) that is tagged data under op->data_id instead (Endpoint::send_tagged).
+  /// A put (is_put) that is tagged data under op->data_id instead (Endpoint::send_tagged;
+  /// with `hdr` non-empty, send_tagged_with_message carrying that RtsData).
   bool is_tagged = false;
   /// Not a post: drop the peer's tagged data `data_id` (Transport::discard_tagged) once the
   /// messages queued before it (the refusal's CTS) are posted, so the sender hears of the
@@ -240,8 +241,9 @@ class Engine : public std::enable_shared_from_this<Engine> {
   void send_put_locked(Link& l, std::shared_ptr<Op> op, size_t offset, size_t length,
                        const transport::RemoteKey& key, uint32_t imm);
   /// Sends a rendezvous message's data as tagged data (Capabilities::tagged_data), queued
-  /// behind the link's backlog like a put.
-  void send_tagged_locked(Link& l, std::shared_ptr<Op> op);
+  /// behind the link's backlog like a put. A non-empty `rts` (the encoded RtsData) travels
+  /// with the data (Capabilities::tagged_data_with_message) instead of as a message before it.
+  void send_tagged_locked(Link& l, std::shared_ptr<Op> op, std::span<const uint8_t> rts = {});
   bool try_post_locked(Link& l, Pending& p);
   void flush_queue_locked(Link& l);
   void return_credits_locked(Link& l);

@@ -204,6 +204,11 @@ void Engine::post_send(const GroupInfo& g, int dst, int tag, const Tensor& t,
     op->chunks_left = 1;
     uint8_t hdr[kRtsDataSize];
     encode_rts_data(h, Rts{op->id, op->data_id}, hdr);
+    if (l->slot->caps.tagged_data_with_message && !l->flow) {
+      // One transfer: the RTS rides with its data (over UCX, inside UCX's own RTS).
+      send_tagged_locked(*l, op, {hdr, kRtsDataSize});
+      return;
+    }
     send_msg_locked(*l, hdr, kRtsDataSize, nullptr, 0, nullptr);
     send_tagged_locked(*l, op);
     return;

@@ -1,7 +1,9 @@
 // The rendezvous path for transports that match large messages themselves (issue 9,
-// Capabilities::tagged_data): over UCX the sender posts its RTS and the data as a tagged
-// message at once, and the receiver takes the data with ucp_tag_recv_nbx when the RTS matches.
-// Once over UCX's tcp and once over its shared memory: sizes around the eager/rendezvous
+// Capabilities::tagged_data): over UCX the sender posts its RTS and the data at once, the RTS
+// inside UCX's own rendezvous RTS (an active message; the receiver takes the data with
+// ucp_am_recv_data_nbx when the RTS matches), or, with TPCOMM_UCX_TAGGED=tag, as a message
+// before the data as a tagged message (ucp_tag_recv_nbx). Over UCX's tcp and its shared
+// memory, in both forms: sizes around the eager/rendezvous
 // threshold byte for byte in both orders (receive posted first, message first), any-source,
 // out-of-order tags, refusals (too small, other dtype) failing both sides and leaving the
 // channel usable, a refusal queued behind back-pressure failing the sender, timeouts that later
@@ -370,6 +372,12 @@ TEST_P(UcxTagged, ThousandsInFlight) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ucx, UcxTagged, kUcxLanes, lane_name);
+// The same with the RTS as a message of its own before its data (TPCOMM_UCX_TAGGED=tag; the
+// default carries it inside UCX's rendezvous RTS).
+INSTANTIATE_TEST_SUITE_P(UcxTwoMessages, UcxTagged,
+                         ::testing::Values(Lane{"tcp", "tcp", "tag"},
+                                           Lane{"shm", "shm,self", "tag"}),
+                         lane_name);
 
 }  // namespace
 }  // namespace tpcomm::testing

@@ -15,10 +15,12 @@ inline bool contains(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;
 }
 
-/// One UCX lane: a test-name part and its TPCOMM_UCX_TLS.
+/// One UCX lane: a test-name part, its TPCOMM_UCX_TLS and, when not empty, its
+/// TPCOMM_UCX_TAGGED.
 struct Lane {
   std::string name;
   std::string tls;
+  std::string tagged = {};
 };
 
 /// The lanes, for INSTANTIATE_TEST_SUITE_P(..., kUcxLanes, lane_name).
@@ -36,6 +38,7 @@ class UcxLaneTest : public ::testing::TestWithParam<Lane> {
     RunOptions o;
     o.timeout = std::chrono::seconds(120);
     o.env = {{"TPCOMM_UCX_TLS", GetParam().tls}, {"TPCOMM_TRANSPORT", "ucx"}};
+    if (!GetParam().tagged.empty()) o.env["TPCOMM_UCX_TAGGED"] = GetParam().tagged;
     return o;
   }
 };

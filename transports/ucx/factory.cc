@@ -37,10 +37,12 @@ constexpr Param kParams[] = {
   {"TPCOMM_UCX_RNDV_THRESHOLD", T::Size, "64K", "",
    "ucx transport: suggested eager/rendezvous switch (TPCOMM_RNDV_THRESHOLD overrides it).",
    "ucx"},
-  {"TPCOMM_UCX_TAGGED", T::Enum, "auto", "auto|off",
-   "ucx transport: large messages without the protocol's CTS round trip: the sender posts the "
-   "data as a tagged message right after the RTS and UCX matches it to the receive. auto: on "
-   "unless TPCOMM_UCX_PUT=rma; off: RTS -> CTS -> put as on other transports.", "ucx"},
+  {"TPCOMM_UCX_TAGGED", T::Enum, "auto", "auto|tag|off",
+   "ucx transport: large messages without the protocol's CTS round trip, the data sent at once "
+   "and held by UCX until the receive matches. auto: the protocol's RTS rides inside UCX's own "
+   "rendezvous RTS (an active message, one message per transfer); tag: the RTS as a message, "
+   "then the data as a tagged message (two); off: RTS -> CTS -> put as on other transports. "
+   "Not with TPCOMM_UCX_PUT=rma.", "ucx"},
   {"TPCOMM_UCX_TAGGED_MAX", T::Size, "1M", "",
    "ucx transport: the largest message sent without the CTS round trip (TPCOMM_UCX_TAGGED); "
    "larger ones take RTS -> CTS -> put, measured faster for them over UCX's tcp.", "ucx"},
@@ -64,7 +66,9 @@ Options Options::from_env() {
   o.rndv_threshold = config::get_size("TPCOMM_UCX_RNDV_THRESHOLD");
   o.recv_depth = static_cast<int>(config::get_int("TPCOMM_UCX_RECV_DEPTH"));
   o.max_requests = static_cast<size_t>(config::get_int("TPCOMM_UCX_MAX_REQUESTS"));
-  o.tagged = config::get_enum("TPCOMM_UCX_TAGGED") != "off";
+  std::string tagged = config::get_enum("TPCOMM_UCX_TAGGED");
+  o.tagged = tagged != "off";
+  o.tagged_am = tagged == "auto";
   o.tagged_max = config::get_size("TPCOMM_UCX_TAGGED_MAX");
   o.close_timeout = config::get_duration("TPCOMM_UCX_CLOSE_TIMEOUT");
   return o;

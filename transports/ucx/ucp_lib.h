@@ -41,6 +41,11 @@ namespace tpcomm::ucx {
   X(ucp_tag_send_sync_nbx)      \
   X(ucp_tag_recv_nbx)           \
   X(ucp_put_nbx)                \
+  X(ucp_am_send_nbx)            \
+  X(ucp_am_recv_data_nbx)       \
+  X(ucp_am_data_release)        \
+  X(ucp_worker_set_am_recv_handler) \
+  X(ucp_worker_query)           \
   X(ucp_request_check_status)   \
   X(ucp_request_cancel)         \
   X(ucp_request_free)           \

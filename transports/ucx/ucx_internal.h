@@ -26,6 +26,11 @@ inline constexpr uint16_t kAddrVersion = 1;
 // u64, pid namespace inode u64; then the UCP worker address.
 inline constexpr size_t kAddrHeader = 40;
 inline constexpr size_t kPutHdrSize = 24;
+// The active message that carries a protocol message with tagged data
+// (Endpoint::send_tagged_with_message): its header is the sender's rank (i32) and the data id
+// (u32), then the message; its data is the tagged data, always by UCX's rendezvous.
+inline constexpr unsigned kAmTaggedId = 1;
+inline constexpr size_t kAmTaggedHdr = 8;
 inline constexpr size_t kMaxBuffered = 256u << 20;  // bytes copied for pending sends
 // Closing endpoints at shutdown: the flush is waited for while the peer lives, up to
 // TPCOMM_UCX_CLOSE_TIMEOUT; a warning names the wait after kCloseWarn (or half the timeout).
@@ -45,7 +50,12 @@ inline uint64_t tagged_tag(uint64_t id, int rank) {
 /// Our side of one UCX request; UCX callbacks only mark it done and queue it, progress()
 /// reports it.
 struct Req {
-  enum Kind : uint8_t { Pool, Msg, PutHdr, PutData, Flush, Notify, DataRecv, Discard } kind = Msg;
+  // TaggedRts: an active message with a protocol message and tagged data arrived (addr: UCX's
+  // data descriptor, or 0 with the data copied into `copy`; cookie: the data id; expect: the
+  // data's length; buf: the message).
+  enum Kind : uint8_t {
+    Pool, Msg, PutHdr, PutData, Flush, Notify, DataRecv, Discard, TaggedRts
+  } kind = Msg;
   UcxTransport* t = nullptr;
   void* ucx = nullptr;  // the UCX request, freed when reported
   ucs_status_t status = UCS_OK;
@@ -58,10 +68,15 @@ struct Req {
   uintptr_t addr = 0;  // DataRecv: destination
   size_t expect = 0;   // DataRecv: length
   std::vector<uint8_t> buf;
+  std::vector<uint8_t> copy;  // TaggedRts: data UCX delivered eagerly and did not keep
 };
 
 /// UCX completion callbacks (user_data = the Req): mark it and queue it for progress().
 void send_cb(void* request, ucs_status_t status, void* user);
 void recv_cb(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user);
+void am_data_cb(void* request, ucs_status_t status, size_t length, void* user);
+/// The receive handler of kAmTaggedId (arg = the UcxTransport).
+ucs_status_t am_tagged_cb(void* arg, const void* header, size_t header_length, void* data,
+                          size_t length, const ucp_am_recv_param_t* param);
 
 }  // namespace tpcomm::ucx

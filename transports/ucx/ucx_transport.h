@@ -36,6 +36,9 @@ struct Options {
   int recv_depth = 32;
   size_t max_requests = 16384;  ///< TPCOMM_UCX_MAX_REQUESTS: live requests before NoResource
   bool tagged = true;  ///< TPCOMM_UCX_TAGGED: Capabilities::tagged_data (unless put is rma)
+  /// TPCOMM_UCX_TAGGED=auto (not tag): the protocol's RTS travels inside UCX's own rendezvous
+  /// RTS, an active message (Capabilities::tagged_data_with_message).
+  bool tagged_am = true;
   size_t tagged_max = 1u << 20;  ///< TPCOMM_UCX_TAGGED_MAX: Capabilities::tagged_data_max
   /// TPCOMM_UCX_CLOSE_TIMEOUT: how long shutdown waits for endpoint flushes to a live peer.
   std::chrono::milliseconds close_timeout{30000};
@@ -58,6 +61,12 @@ class UcxEndpoint : public transport::Endpoint {
                             uint32_t imm, uint64_t cookie) override;
   transport::PostStatus send_tagged(const transport::MemoryRegion& src, size_t src_offset,
                                     size_t length, uint64_t id, uint64_t cookie) override;
+  /// ucp_am_send_nbx with the message (behind the rank and id) as the active message's header
+  /// and the data as its rendezvous payload: UCX's RTS carries the message.
+  transport::PostStatus send_tagged_with_message(std::span<const iovec> message,
+                                                 const transport::MemoryRegion& src,
+                                                 size_t src_offset, size_t length, uint64_t id,
+                                                 uint64_t cookie) override;
 
  private:
   /// Files a data send's UCX request `req` for `r`: pending, done at once, or failed (the
@@ -130,12 +139,34 @@ class UcxTransport : public transport::Transport {
 
   // For UCX callbacks (run inside ucp_worker_progress): queue what progress() reports.
   void push_completed(Req* r) { completed_.push_back(r); }
+  /// kAmTaggedId arrived: queued for progress(), which holds the data and reports the
+  /// message. Returns UCS_INPROGRESS when UCX's descriptor is kept.
+  ucs_status_t on_tagged_am(const void* header, size_t header_length, void* data, size_t length,
+                            uint64_t recv_attr);
   void on_ep_error(UcxEndpoint& e, ucs_status_t status);
 
  private:
   /// Posts the receive of `len` bytes of data tagged `tag` from `peer` straight into `to`; its
   /// arrival is reported as on_put_arrived(peer, imm) (tag-mode puts and tagged data).
   void post_data_recv(int peer, uint32_t imm, uintptr_t to, size_t len, uint64_t tag);
+  /// Tagged data that came with a message (kAmTaggedId) and waits for recv_tagged or
+  /// discard_tagged: UCX's descriptor (a rendezvous not yet started), or the bytes.
+  struct Held {
+    void* desc = nullptr;
+    size_t length = 0;
+    std::vector<uint8_t> copy;
+  };
+  static uint64_t held_key(int peer, uint64_t id) {
+    return (static_cast<uint64_t>(static_cast<uint32_t>(peer)) << 32) | (id & 0x3fffffffu);
+  }
+  /// Gives UCX back a held descriptor (for a rendezvous: its ATS completes the sender's send
+  /// without moving the data).
+  void release_held(Held& h);
+  /// Releases what `peer` holds here (every peer when -1).
+  void release_held_of(int peer);
+  /// progress(): a TaggedRts request: holds its data under (peer, id), then reports the
+  /// message to `sink`.
+  void hold_tagged(Req* r, transport::EventSink& sink, int& events);
   friend class UcxEndpoint;
   friend class UcxRegion;
   friend struct Req;
@@ -183,6 +214,8 @@ class UcxTransport : public transport::Transport {
   std::deque<std::pair<int, std::string>> errors_;  ///< peer errors to report
   std::unordered_set<int> reported_;
   std::multimap<uintptr_t, uintptr_t> regions_;  ///< registered ranges: start -> end
+  std::unordered_map<uint64_t, Held> held_;      ///< held_key(peer, id) -> tagged data
+  size_t max_am_header_ = 0;  ///< UCX's largest active-message header (0: no AM feature)
   /// Tag-mode put data in flight (PutData, DataRecv) and when UCX last moved bytes while
   /// there was some: arm() polls instead of sleeping during a transfer.
   int transfers_ = 0;

@@ -90,6 +90,20 @@ class Endpoint {
                                                uint64_t /*cookie*/) {
     throw NotSupportedError("this transport does not match tagged data itself");
   }
+
+  /// Optional (Capabilities::tagged_data_with_message): send_tagged() with `message` carried
+  /// in the same transfer (UCX: inside its rendezvous RTS), instead of a send() of the
+  /// message and then the data, one small message less per transfer. The peer's sink gets
+  /// on_message(message) once the data can be taken with recv_tagged / discard_tagged under
+  /// `id`; the message follows the size limit of send() (InvalidArgument), but may arrive out
+  /// of order with the messages of send(). Completion and the id as for send_tagged().
+  [[nodiscard]] virtual PostStatus send_tagged_with_message(std::span<const iovec> /*message*/,
+                                                            const MemoryRegion& /*src*/,
+                                                            size_t /*src_offset*/,
+                                                            size_t /*length*/, uint64_t /*id*/,
+                                                            uint64_t /*cookie*/) {
+    throw NotSupportedError("this transport cannot carry a message with tagged data");
+  }
 };
 
 }  // namespace tpcomm::transport

@@ -54,6 +54,10 @@ struct Capabilities {
   /// With tagged_data: the largest message sent that way; larger ones keep RTS -> CTS -> put
   /// (where the transport measured that path faster for them).
   size_t tagged_data_max = SIZE_MAX;
+  /// With tagged_data: Endpoint::send_tagged_with_message exists (the protocol's RTS travels
+  /// with its data, one transfer instead of two). Only for transports without credits
+  /// (recv_slots == 0): the message arrives in no fixed order with the others.
+  bool tagged_data_with_message = false;
 };
 
 /// What a transport is created with. The store is private to the transport (prefixed), for
