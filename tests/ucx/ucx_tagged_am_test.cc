@@ -4,7 +4,8 @@
 // the data still at the sender (its send is not done), the data lands byte for byte when taken
 // (also from inside on_message, as the protocol does), a discard completes the sender without
 // moving anything, a wrong length fails the link, many transfers taken in another order, the
-// two-message form (send + send_tagged) still received, and held data given back at shutdown.
+// two-message form (send + send_tagged) still received, held data given back at shutdown, and
+// a peer without the active-message handler sent the two messages instead.
 #include <cstring>
 
 #include "common/transport_test_util.h"
@@ -48,6 +49,7 @@ class UcxTaggedAm : public UcxLaneTest {
     t[1].reset();
     set_env("TPCOMM_UCX_TLS", nullptr);
     set_env("TPCOMM_UCX_CLOSE_TIMEOUT", nullptr);
+    set_env("TPCOMM_UCX_TAGGED", nullptr);
   }
   bool both(const std::function<bool()>& pred, std::chrono::milliseconds limit = 30s) {
     return pump({{t[0].get(), &s[0]}, {t[1].get(), &s[1]}}, pred, limit);
@@ -219,7 +221,39 @@ TEST_P(UcxTaggedAm, HeldDataIsGivenBackAtShutdown) {
   bool done = pump({{t[0].get(), &s[0]}}, [&] { return !s[0].done.empty(); }, 20s);
   closer.join();
   ASSERT_TRUE(done) << "the sender's send never completed";
-  EXPECT_EQ(s[0].done[0].first, 4u);
+  // As for data the receiver drops on purpose: the send is done, and was not refused.
+  EXPECT_EQ(s[0].done[0], (std::pair<uint64_t, bool>{4, true}));
+}
+
+// A peer that does not take the active message (tagged data off there: no handler, its address
+// says so) gets the message and then the data, and takes them as before.
+TEST_P(UcxTaggedAm, APeerWithoutTheHandlerGetsTwoMessages) {
+  t[0].reset();
+  t[1].reset();
+  for (int r = 0; r < 2; ++r) {
+    set_env("TPCOMM_UCX_TAGGED", r == 1 ? "off" : nullptr);
+    auto ctx = transport::test_util::make_ctx(r, 2, "ucx-tagged-am-mixed");
+    ctx.store = std::make_shared<HashStore>();
+    t[r] = transport::create_transport("ucx", ctx);
+  }
+  ASSERT_TRUE(t[0]->capabilities().tagged_data_with_message);
+  ASSERT_FALSE(t[1]->capabilities().tagged_data);
+  auto deadline = std::chrono::steady_clock::now() + 30s;
+  ep01 = &t[0]->connect(1, t[1]->address(), deadline);
+  ep10 = &t[1]->connect(0, t[0]->address(), deadline);
+  constexpr size_t kLen = 500000;
+  auto in = pattern(kLen, 7);
+  std::vector<uint8_t> out(kLen, 0);
+  auto src = t[0]->register_memory(in.data(), kLen, Device::cpu());
+  auto dst = t[1]->register_memory(out.data(), kLen, Device::cpu());
+  ASSERT_EQ(send(*src, kLen, 60, 6), PostStatus::Ok);
+  ASSERT_TRUE(both([&] { return !s[1].messages.empty(); }));
+  EXPECT_EQ(text(s[1].messages[0]), "data 60 of 500000");
+  t[1]->recv_tagged(0, 60, *dst, 0, kLen, 2);
+  ASSERT_TRUE(both([&] { return !s[0].done.empty() && !s[1].arrived.empty(); }));
+  EXPECT_EQ(s[0].done[0], (std::pair<uint64_t, bool>{6, true}));
+  EXPECT_EQ(out, in);
+  EXPECT_TRUE(s[0].errors.empty() && s[1].errors.empty());
 }
 
 INSTANTIATE_TEST_SUITE_P(Lanes, UcxTaggedAm, kUcxLanes, lane_name);

@@ -371,6 +371,55 @@ TEST_P(UcxTagged, ThousandsInFlight) {
   EXPECT_RANKS_OK(r);
 }
 
+// The form each endpoint sends is the one asked for (the log line of every endpoint says which),
+// and ranks whose settings differ still exchange rendezvous messages both ways: one rank sends
+// the lane's form, the other the other form or none (TPCOMM_UCX_TAGGED=off, which also takes
+// the active-message form).
+TEST_P(UcxTagged, TheFormAskedForAndMixedSettings) {
+  const std::string mine = GetParam().tagged.empty() ? "auto" : GetParam().tagged;
+  for (const std::string other : {mine == "auto" ? "tag" : "auto", "off"}) {
+    RunOptions o = opts();
+    o.env["TPCOMM_DEBUG"] = "info";
+    o.env["TPCOMM_DEBUG_SUBSYS"] = "ucx";
+    auto r = run_ranks(
+        2,
+        [&](RankContext& c) {
+          std::string log = log_to_rank_file(c);
+          if (c.rank == 1) {
+            setenv("TPCOMM_UCX_TAGGED", other.c_str(), 1);
+            config::reload();
+          }
+          auto pg = make_world(c, "ucx");
+          constexpr size_t kN = 200001;
+          for (int round = 0; round < 2; ++round) {
+            std::vector<uint8_t> buf(kN);
+            if ((c.rank == 0) == (round == 0)) {
+              fill_pattern(buf, DType::UInt8, round);
+              pg->send(Tensor::of(buf), 1 - c.rank, round);
+            } else {
+              pg->recv(Tensor::of(buf), 1 - c.rank, round);
+              EXPECT_EQ(check_pattern(buf, DType::UInt8, round), -1) << "round " << round;
+            }
+          }
+          pg->destroy();
+          std::string text = read_file(log);
+          // What this rank sends: the active message only where the peer takes it (tagged
+          // data on there).
+          std::string form = c.rank == 0 ? mine : other;
+          if (form == "auto" && c.rank == 0 && other == "off") form = "tag";
+          if (form == "auto") {
+            EXPECT_TRUE(contains(text, "tagged data with its RTS in one active message")) << text;
+          } else if (form == "tag") {
+            EXPECT_TRUE(contains(text, "tagged data after its RTS (two messages)")) << text;
+          } else {
+            EXPECT_FALSE(contains(text, "tagged data")) << text;
+          }
+        },
+        o);
+    EXPECT_RANKS_OK(r) << "rank 1 with TPCOMM_UCX_TAGGED=" << other;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Ucx, UcxTagged, kUcxLanes, lane_name);
 // The same with the RTS as a message of its own before its data (TPCOMM_UCX_TAGGED=tag; the
 // default carries it inside UCX's rendezvous RTS).

@@ -22,8 +22,11 @@ inline constexpr uint64_t kTaggedBit = 1ull << 62;
 inline constexpr uint64_t kKindMsg = 0, kKindPutHdr = 1, kKindNotify = 2;
 inline constexpr uint32_t kAddrMagic = 0x58555054;  // "TPUX"
 inline constexpr uint16_t kAddrVersion = 1;
-// Address header: magic u32, version u16, pad u16, rank i32, pid u32, job hash u64, host hash
-// u64, pid namespace inode u64; then the UCP worker address.
+// Address header: magic u32, version u16, flags u16, rank i32, pid u32, job hash u64, host
+// hash u64, pid namespace inode u64; then the UCP worker address. Flags (0 from a build
+// before them): kAddrTakesTaggedAm = this rank receives tagged data with its message as an
+// active message (kAmTaggedId).
+inline constexpr uint16_t kAddrTakesTaggedAm = 1;
 inline constexpr size_t kAddrHeader = 40;
 inline constexpr size_t kPutHdrSize = 24;
 // The active message that carries a protocol message with tagged data

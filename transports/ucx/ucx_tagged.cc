@@ -43,14 +43,17 @@ PostStatus UcxEndpoint::send_tagged_with_message(std::span<const iovec> message,
     throw InvalidArgument("ucx transport: tagged data range [" + std::to_string(src_offset) +
                           ", +" + std::to_string(length) + ") outside the registered " +
                           std::to_string(src.length()) + " bytes");
-  // Without the active-message feature, or a message too large for UCX's header: the message,
-  // then the data, as two sends (the receiver takes either form).
-  if (t_.max_am_header_ < kAmTaggedHdr + total) {
+  if (failed_) return PostStatus::PeerFailed;
+  // To a peer that does not take the active message (its address says so), or a message too
+  // large for UCX's header: the message, then the data, as two sends. Both or neither: with
+  // room for both checked first, the message cannot go alone (and be sent again on a retry).
+  if (!am_ || t_.max_am_header_ < kAmTaggedHdr + total) {
+    if (t_.live_.size() + 2 > t_.max_live_ || t_.buffered_bytes_ + total > kMaxBuffered)
+      return PostStatus::NoResource;
     PostStatus ps = send(message);
     if (ps != PostStatus::Ok) return ps;
     return send_tagged(src, src_offset, length, id, cookie);
   }
-  if (failed_) return PostStatus::PeerFailed;
   if (t_.live_.size() >= t_.max_live_) return PostStatus::NoResource;
   Req* r = t_.new_req();
   r->kind = Req::PutData;
@@ -102,7 +105,9 @@ ucs_status_t UcxTransport::on_tagged_am(const void* header, size_t header_length
     }
     return UCS_OK;  // UCX drops it (a rendezvous: its ATS completes the sender's send)
   }
-  const bool kept = (recv_attr & (UCP_AM_RECV_ATTR_FLAG_RNDV | UCP_AM_RECV_ATTR_FLAG_DATA)) != 0;
+  // Only a rendezvous descriptor is kept (the sender forces rendezvous); data UCX delivered
+  // eagerly is copied, since UCX 1.13 frees an eager descriptor only inside the callback.
+  const bool kept = (recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
   Req* r = new_req();
   r->kind = Req::TaggedRts;
   r->peer = peer;

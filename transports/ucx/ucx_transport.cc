@@ -120,8 +120,9 @@ UcxTransport::UcxTransport(const transport::TransportContext& ctx, const Options
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS |
                       UCP_PARAM_FIELD_TAG_SENDER_MASK;
-  // Active messages only for the protocol's RTS inside UCX's (TPCOMM_UCX_TAGGED=auto).
-  const bool want_am = opt_.tagged && opt_.tagged_am && opt_.put != PutMode::Rma;
+  // Active messages for the protocol's RTS inside UCX's: received whenever tagged data is on
+  // (a peer may send that form whatever this rank sends), sent with TPCOMM_UCX_TAGGED=auto.
+  const bool want_am = opt_.tagged && opt_.put != PutMode::Rma;
   params.features = UCP_FEATURE_TAG | UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP |
                     (want_am ? UCP_FEATURE_AM : 0);
   params.estimated_num_eps = static_cast<size_t>(std::max(1, ctx.world_size));
@@ -179,6 +180,8 @@ UcxTransport::UcxTransport(const transport::TransportContext& ctx, const Options
   uint8_t* p = address_.data();
   std::memcpy(p, &kAddrMagic, 4);
   std::memcpy(p + 4, &kAddrVersion, 2);
+  uint16_t flags = max_am_header_ > 0 ? kAddrTakesTaggedAm : 0;
+  std::memcpy(p + 6, &flags, 2);
   int32_t rank = ctx.rank;
   uint32_t pid = static_cast<uint32_t>(getpid());
   host_hash_ = fnv1a(ctx.host_id);
@@ -203,8 +206,10 @@ UcxTransport::UcxTransport(const transport::TransportContext& ctx, const Options
   // Measured (bench/RESULTS.md): over UCX's tcp the CTS path moves 2-16 MiB 10-20% faster in
   // the same run (not understood yet); at 1 MiB the tagged path is faster.
   caps_.tagged_data_max = opt_.tagged_max;
-  // The RTS inside UCX's rendezvous RTS: one message per transfer instead of two.
-  caps_.tagged_data_with_message = caps_.tagged_data && max_am_header_ >= kAmTaggedHdr + 64;
+  // The RTS inside UCX's rendezvous RTS: one message per transfer instead of two (to each peer
+  // that takes it; to others the endpoint sends the two).
+  caps_.tagged_data_with_message =
+      caps_.tagged_data && opt_.tagged_am && max_am_header_ >= kAmTaggedHdr + 64;
   caps_.max_put = SIZE_MAX;
   caps_.recv_slots = 0;  // UCX does its own flow control; too many requests -> NoResource
   caps_.rndv_threshold = opt_.rndv_threshold;
@@ -469,13 +474,14 @@ transport::Endpoint& UcxTransport::connect(int peer, std::span<const uint8_t> a,
   auto it = eps_.find(peer);
   if (it != eps_.end()) return *it->second;
   uint32_t magic = 0;
-  uint16_t version = 0;
+  uint16_t version = 0, flags = 0;
   int32_t rank = -1;
   uint32_t pid = 0;
   uint64_t job = 0, host = 0, pidns = 0;
   if (a.size() > kAddrHeader) {
     std::memcpy(&magic, a.data(), 4);
     std::memcpy(&version, a.data() + 4, 2);
+    std::memcpy(&flags, a.data() + 6, 2);
     std::memcpy(&rank, a.data() + 8, 4);
     std::memcpy(&pid, a.data() + 12, 4);
     std::memcpy(&job, a.data() + 16, 8);
@@ -551,6 +557,7 @@ transport::Endpoint& UcxTransport::connect(int peer, std::span<const uint8_t> a,
     lanes += (lanes.empty() ? "" : ",") + l;
   }
   e->rma_ = opt_.put == PutMode::Rma || (opt_.put == PutMode::Auto && rma_lane && rdma);
+  e->am_ = caps_.tagged_data_with_message && (flags & kAddrTakesTaggedAm) != 0;
   if (e->rma_) ++rma_endpoints_;
   e->info_ = lanes;
   TPLOG(INFO, UCX) << "rank " << ctx_.rank << ": endpoint to rank " << peer << " over " << lanes
@@ -558,6 +565,9 @@ transport::Endpoint& UcxTransport::connect(int peer, std::span<const uint8_t> a,
                    << (!rma_lane ? " (UCX would emulate RMA)"
                        : rdma    ? " (RDMA lane)"
                                  : " (UCX's shared-memory RMA reaches only its own memory)")
+                   << (!caps_.tagged_data ? ""
+                       : e->am_           ? "; tagged data with its RTS in one active message"
+                                          : "; tagged data after its RTS (two messages)")
                    << (peer_mode ? "; failures from UCX" : "; failures by watching pid ")
                    << (peer_mode ? "" : std::to_string(e->pid_));
   return *eps_.emplace(peer, std::move(e)).first->second;

@@ -37,7 +37,8 @@ struct Options {
   size_t max_requests = 16384;  ///< TPCOMM_UCX_MAX_REQUESTS: live requests before NoResource
   bool tagged = true;  ///< TPCOMM_UCX_TAGGED: Capabilities::tagged_data (unless put is rma)
   /// TPCOMM_UCX_TAGGED=auto (not tag): the protocol's RTS travels inside UCX's own rendezvous
-  /// RTS, an active message (Capabilities::tagged_data_with_message).
+  /// RTS, an active message (Capabilities::tagged_data_with_message), to peers that take it.
+  /// Receiving that form is on whenever tagged is.
   bool tagged_am = true;
   size_t tagged_max = 1u << 20;  ///< TPCOMM_UCX_TAGGED_MAX: Capabilities::tagged_data_max
   /// TPCOMM_UCX_CLOSE_TIMEOUT: how long shutdown waits for endpoint flushes to a live peer.
@@ -77,6 +78,9 @@ class UcxEndpoint : public transport::Endpoint {
   int peer_;
   ucp_ep_h ep_ = nullptr;
   bool rma_ = false;     ///< put via ucp_put_nbx (else tagged messages, but see RKey::mapped)
+  /// send_tagged_with_message as one active message (the peer takes them: its address says
+  /// so); otherwise as the message and then the data.
+  bool am_ = false;
   bool failed_ = false;  ///< error reported (or about to be)
   std::string info_;     ///< lanes, for logs
   /// An unpacked remote key; mapped: UCX reaches its memory through a local mapping
