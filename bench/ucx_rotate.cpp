@@ -9,11 +9,14 @@
 //   g++ -O2 -std=c++20 bench/ucx_rotate.cpp -o /tmp/ucx_rotate -lucp -lucs
 //   UCX_TLS=tcp /tmp/ucx_rotate --size 1M --window 32 --buffers 32 [--count 1000] [--reps 5]
 //       [--pin]                                  # rank r on CPU r
+//       [--alias]   # the R buffers are R views of one memory file (p2p_bench --alias-recv's
+//                   # pattern: distinct addresses, one buffer's physical pages)
 //
 // Prints the sender's GB/s (1e9 B/s) per repetition and their median: time from a handshake
 // to the last send completion of `count` messages, after a warm-up of one window (as tag_bw
 // measures its "overall" bandwidth on the sender).
 #include <sched.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <ucp/api/ucp.h>
@@ -167,7 +170,7 @@ double stream(Ucx& u, int rank, size_t size, int window, int count, char* sbuf,
 int main(int argc, char** argv) {
   size_t size = 1 << 20;
   int window = 32, nbufs = 32, count = 0, reps = 5;
-  bool pin = false;
+  bool pin = false, alias = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> const char* {
@@ -180,7 +183,8 @@ int main(int argc, char** argv) {
     else if (a == "--count") count = std::max(1, std::atoi(next()));
     else if (a == "--reps") reps = std::max(1, std::atoi(next()));
     else if (a == "--pin") pin = true;
-    else die("usage: ucx_rotate [--size N] [--window W] [--buffers R] [--count C] [--reps K] [--pin]");
+    else if (a == "--alias") alias = true;
+    else die("usage: ucx_rotate [--size N] [--window W] [--buffers R] [--count C] [--reps K] [--pin] [--alias]");
   }
   if (count == 0) count = static_cast<int>(std::max<size_t>(2 * window, (1ull << 30) / size));
   int sv[2];
@@ -201,9 +205,20 @@ int main(int argc, char** argv) {
   char* sbuf = static_cast<char*>(std::aligned_alloc(4096, (size + 4095) / 4096 * 4096));
   std::memset(sbuf, 1, size);
   std::vector<char*> bufs;
-  if (rank == 1) {
+  const size_t span = (size + 4095) / 4096 * 4096;
+  if (rank == 1 && alias) {
+    int mfd = ::memfd_create("ucx_rotate_views", MFD_CLOEXEC);
+    if (mfd < 0 || ::ftruncate(mfd, static_cast<off_t>(span)) != 0) die("memfd failed");
     for (int b = 0; b < nbufs; ++b) {
-      bufs.push_back(static_cast<char*>(std::aligned_alloc(4096, (size + 4095) / 4096 * 4096)));
+      void* v = ::mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+      if (v == MAP_FAILED) die("mmap of the memory file failed");
+      bufs.push_back(static_cast<char*>(v));
+      std::memset(bufs.back(), 2, size);
+    }
+    ::close(mfd);
+  } else if (rank == 1) {
+    for (int b = 0; b < nbufs; ++b) {
+      bufs.push_back(static_cast<char*>(std::aligned_alloc(4096, span)));
       std::memset(bufs.back(), 2, size);
     }
   }

@@ -21,40 +21,14 @@ using transport::test_util::pump;
 using transport::test_util::set_env;
 using transport::test_util::Sink;
 
-class UcxAlloc : public UcxLaneTest {
+class UcxAlloc : public UcxPairTest {
  protected:
   void SetUp() override {
     UcxLaneTest::SetUp();
     if (IsSkipped()) return;
-    set_env("TPCOMM_UCX_TLS", GetParam().tls.c_str());
-    // Both transports live on this thread: closing one cannot wait for the other to answer
-    // its endpoint flush.
-    set_env("TPCOMM_UCX_CLOSE_TIMEOUT", "100ms");
-    try {
-      for (int r = 0; r < 2; ++r) {
-        auto ctx = transport::test_util::make_ctx(r, 2, "ucx-alloc");
-        ctx.store = std::make_shared<HashStore>();
-        t[r] = transport::create_transport("ucx", ctx);
-      }
-    } catch (const NotSupportedError& e) {
-      GTEST_SKIP() << e.what();
-    }
-    auto deadline = std::chrono::steady_clock::now() + 30s;
-    ep01 = &t[0]->connect(1, t[1]->address(), deadline);
-    ep10 = &t[1]->connect(0, t[0]->address(), deadline);
-  }
-  void TearDown() override {
-    t[0].reset();
-    t[1].reset();
-    set_env("TPCOMM_UCX_TLS", nullptr);
-    set_env("TPCOMM_UCX_CLOSE_TIMEOUT", nullptr);
+    make_pair("ucx-alloc");
   }
   bool shm() const { return GetParam().name == "shm"; }
-
-  std::unique_ptr<Transport> t[2];
-  Sink s[2];
-  Endpoint* ep01 = nullptr;
-  Endpoint* ep10 = nullptr;
 };
 
 uint8_t pattern(size_t i, int seed) { return static_cast<uint8_t>(i * 31 + (i >> 12) + seed); }

@@ -23,32 +23,17 @@ using transport::test_util::pump;
 using transport::test_util::set_env;
 using transport::test_util::Sink;
 
-class UcxTaggedAm : public UcxLaneTest {
+class UcxTaggedAm : public UcxPairTest {
  protected:
   void SetUp() override {
     UcxLaneTest::SetUp();
     if (IsSkipped()) return;
-    set_env("TPCOMM_UCX_TLS", GetParam().tls.c_str());
-    set_env("TPCOMM_UCX_CLOSE_TIMEOUT", "100ms");  // both transports live on this thread
-    try {
-      for (int r = 0; r < 2; ++r) {
-        auto ctx = transport::test_util::make_ctx(r, 2, "ucx-tagged-am");
-        ctx.store = std::make_shared<HashStore>();
-        t[r] = transport::create_transport("ucx", ctx);
-      }
-    } catch (const NotSupportedError& e) {
-      GTEST_SKIP() << e.what();
-    }
+    make_pair("ucx-tagged-am");
+    if (IsSkipped()) return;
     ASSERT_TRUE(t[0]->capabilities().tagged_data_with_message);
-    auto deadline = std::chrono::steady_clock::now() + 30s;
-    ep01 = &t[0]->connect(1, t[1]->address(), deadline);
-    ep10 = &t[1]->connect(0, t[0]->address(), deadline);
   }
   void TearDown() override {
-    t[0].reset();
-    t[1].reset();
-    set_env("TPCOMM_UCX_TLS", nullptr);
-    set_env("TPCOMM_UCX_CLOSE_TIMEOUT", nullptr);
+    UcxPairTest::TearDown();
     set_env("TPCOMM_UCX_TAGGED", nullptr);
   }
   bool both(const std::function<bool()>& pred, std::chrono::milliseconds limit = 30s) {
@@ -62,10 +47,6 @@ class UcxTaggedAm : public UcxLaneTest {
   }
   static std::string text(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
 
-  std::unique_ptr<Transport> t[2];
-  Sink s[2];
-  Endpoint* ep01 = nullptr;
-  Endpoint* ep10 = nullptr;
 };
 
 std::vector<uint8_t> pattern(size_t n, int seed) {

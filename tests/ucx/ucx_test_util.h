@@ -7,6 +7,7 @@
 #include <chrono>
 #include <string>
 
+#include "common/transport_test_util.h"
 #include "p2p/p2p_test_util.h"
 
 namespace tpcomm::testing {
@@ -41,6 +42,39 @@ class UcxLaneTest : public ::testing::TestWithParam<Lane> {
     if (!GetParam().tagged.empty()) o.env["TPCOMM_UCX_TAGGED"] = GetParam().tagged;
     return o;
   }
+};
+
+/// Two ucx transports in this process, ranks 0 and 1, on the test's lane (closing waits only
+/// 100 ms for endpoint flushes: both live on this thread), connected both ways; skips where
+/// UCX cannot start.
+class UcxPairTest : public UcxLaneTest {
+ protected:
+  void make_pair(const std::string& job) {
+    transport::test_util::set_env("TPCOMM_UCX_TLS", GetParam().tls.c_str());
+    transport::test_util::set_env("TPCOMM_UCX_CLOSE_TIMEOUT", "100ms");
+    try {
+      for (int r = 0; r < 2; ++r) {
+        auto ctx = transport::test_util::make_ctx(r, 2, job);
+        ctx.store = std::make_shared<HashStore>();
+        t[r] = transport::create_transport("ucx", ctx);
+      }
+    } catch (const NotSupportedError& e) {
+      GTEST_SKIP() << e.what();
+    }
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    ep01 = &t[0]->connect(1, t[1]->address(), deadline);
+    ep10 = &t[1]->connect(0, t[0]->address(), deadline);
+  }
+  void TearDown() override {
+    t[0].reset();
+    t[1].reset();
+    transport::test_util::set_env("TPCOMM_UCX_TLS", nullptr);
+    transport::test_util::set_env("TPCOMM_UCX_CLOSE_TIMEOUT", nullptr);
+  }
+  std::unique_ptr<transport::Transport> t[2];
+  transport::test_util::Sink s[2];
+  transport::Endpoint* ep01 = nullptr;
+  transport::Endpoint* ep10 = nullptr;
 };
 
 }  // namespace tpcomm::testing

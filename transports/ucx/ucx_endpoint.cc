@@ -158,6 +158,17 @@ void UcxEndpoint::file_data_send(Req* r, void* req) {
     r->ucx = req;
 }
 
+Req* UcxEndpoint::new_data_send(uint64_t cookie) {
+  Req* r = t_.new_req();
+  r->kind = Req::PutData;
+  ++t_.transfers_;
+  t_.last_moved_ = std::chrono::steady_clock::now();  // arm() polls while it starts
+  r->peer = peer_;
+  r->cookie = cookie;
+  r->has_cookie = true;
+  return r;
+}
+
 PostStatus UcxEndpoint::send_tagged(const transport::MemoryRegion& src, size_t src_offset,
                                     size_t length, uint64_t id, uint64_t cookie) {
   if (src_offset > src.length() || length > src.length() - src_offset)
@@ -166,13 +177,7 @@ PostStatus UcxEndpoint::send_tagged(const transport::MemoryRegion& src, size_t s
                           std::to_string(src.length()) + " bytes");
   if (failed_) return PostStatus::PeerFailed;
   if (t_.live_.size() >= t_.max_live_) return PostStatus::NoResource;
-  Req* r = t_.new_req();
-  r->kind = Req::PutData;
-  ++t_.transfers_;
-  t_.last_moved_ = std::chrono::steady_clock::now();  // arm() polls while it starts
-  r->peer = peer_;
-  r->cookie = cookie;
-  r->has_cookie = true;
+  Req* r = new_data_send(cookie);
   ucp_request_param_t prm{};
   prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   prm.cb.send = send_cb;

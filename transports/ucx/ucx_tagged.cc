@@ -55,13 +55,7 @@ PostStatus UcxEndpoint::send_tagged_with_message(std::span<const iovec> message,
     return send_tagged(src, src_offset, length, id, cookie);
   }
   if (t_.live_.size() >= t_.max_live_) return PostStatus::NoResource;
-  Req* r = t_.new_req();
-  r->kind = Req::PutData;
-  ++t_.transfers_;
-  t_.last_moved_ = std::chrono::steady_clock::now();  // arm() polls while it starts
-  r->peer = peer_;
-  r->cookie = cookie;
-  r->has_cookie = true;
+  Req* r = new_data_send(cookie);
   // The header stays in the request until the send completes.
   r->buf.resize(kAmTaggedHdr + total);
   int32_t rank = t_.ctx_.rank;

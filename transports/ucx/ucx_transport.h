@@ -73,6 +73,8 @@ class UcxEndpoint : public transport::Endpoint {
   /// Files a data send's UCX request `req` for `r`: pending, done at once, or failed (the
   /// endpoint then reports the error).
   void file_data_send(Req* r, void* req);
+  /// A request for tagged data sent to the peer, reported as on_put_done(cookie).
+  Req* new_data_send(uint64_t cookie);
   friend class UcxTransport;
   UcxTransport& t_;
   int peer_;
