@@ -11,13 +11,26 @@ namespace tpcomm::ucx {
 
 using transport::PostStatus;
 
-PostStatus UcxEndpoint::send(std::span<const iovec> iov) {
+size_t UcxEndpoint::checked_message_size(std::span<const iovec> iov) const {
   size_t total = 0;
   for (const iovec& v : iov) total += v.iov_len;
   if (total > t_.caps_.max_message)
     throw InvalidArgument("ucx transport: message of " + std::to_string(total) + " bytes to rank " +
                           std::to_string(peer_) + " exceeds max_message " +
                           std::to_string(t_.caps_.max_message));
+  return total;
+}
+
+void UcxEndpoint::check_data_range(const transport::MemoryRegion& src, size_t src_offset,
+                                   size_t length) const {
+  if (src_offset > src.length() || length > src.length() - src_offset)
+    throw InvalidArgument("ucx transport: tagged data range [" + std::to_string(src_offset) +
+                          ", +" + std::to_string(length) + ") outside the registered " +
+                          std::to_string(src.length()) + " bytes");
+}
+
+PostStatus UcxEndpoint::send(std::span<const iovec> iov) {
+  checked_message_size(iov);
   return t_.send_tagged(*this, pool_tag(kKindMsg, t_.ctx_.rank), iov, nullptr);
 }
 
@@ -171,10 +184,7 @@ Req* UcxEndpoint::new_data_send(uint64_t cookie) {
 
 PostStatus UcxEndpoint::send_tagged(const transport::MemoryRegion& src, size_t src_offset,
                                     size_t length, uint64_t id, uint64_t cookie) {
-  if (src_offset > src.length() || length > src.length() - src_offset)
-    throw InvalidArgument("ucx transport: tagged data range [" + std::to_string(src_offset) +
-                          ", +" + std::to_string(length) + ") outside the registered " +
-                          std::to_string(src.length()) + " bytes");
+  check_data_range(src, src_offset, length);
   if (failed_) return PostStatus::PeerFailed;
   if (t_.live_.size() >= t_.max_live_) return PostStatus::NoResource;
   Req* r = new_data_send(cookie);

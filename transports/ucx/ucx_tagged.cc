@@ -33,16 +33,8 @@ PostStatus UcxEndpoint::send_tagged_with_message(std::span<const iovec> message,
                                                  const transport::MemoryRegion& src,
                                                  size_t src_offset, size_t length, uint64_t id,
                                                  uint64_t cookie) {
-  size_t total = 0;
-  for (const iovec& v : message) total += v.iov_len;
-  if (total > t_.caps_.max_message)
-    throw InvalidArgument("ucx transport: message of " + std::to_string(total) + " bytes to rank " +
-                          std::to_string(peer_) + " exceeds max_message " +
-                          std::to_string(t_.caps_.max_message));
-  if (src_offset > src.length() || length > src.length() - src_offset)
-    throw InvalidArgument("ucx transport: tagged data range [" + std::to_string(src_offset) +
-                          ", +" + std::to_string(length) + ") outside the registered " +
-                          std::to_string(src.length()) + " bytes");
+  const size_t total = checked_message_size(message);
+  check_data_range(src, src_offset, length);
   if (failed_) return PostStatus::PeerFailed;
   // To a peer that does not take the active message (its address says so), or a message too
   // large for UCX's header: the message, then the data, as two sends. Both or neither: with
@@ -145,10 +137,9 @@ void UcxTransport::hold_tagged(Req* r, transport::EventSink& sink, int& events) 
   }
   auto [it, fresh] = held_.try_emplace(held_key(r->peer, r->cookie), std::move(h));
   if (!fresh) {
-    // The earlier data under this id stays held (its RTS is with the protocol already).
-    Held dup;
-    dup.desc = reinterpret_cast<void*>(r->addr);
-    release_held(dup);
+    // The earlier data under this id stays held (its RTS is with the protocol already); the
+    // new one goes back (try_emplace left `h` as it was).
+    release_held(h);
     errors_.emplace_back(r->peer, "ucx: rank " + std::to_string(r->peer) + " sent tagged data " +
                                       std::to_string(r->cookie) +
                                       " while data under that id was still held; link closed");
@@ -183,14 +174,7 @@ void UcxTransport::recv_tagged(int peer, uint64_t id, const transport::MemoryReg
                                    "; link closed");
     return;
   }
-  Req* r = new_req();
-  r->kind = Req::DataRecv;
-  ++transfers_;
-  r->peer = peer;
-  r->imm = imm;
-  r->addr = to;
-  r->expect = length;
-  r->info.length = length;  // in case of an immediate completion
+  Req* r = new_data_recv(peer, imm, to, length);
   if (h.desc == nullptr) {  // UCX delivered the bytes with the message
     if (length) std::memcpy(reinterpret_cast<void*>(to), h.copy.data(), length);
     completed_.push_back(r);

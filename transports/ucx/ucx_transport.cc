@@ -237,7 +237,8 @@ void UcxTransport::drain_completed() {
   done.swap(completed_);
   for (Req* r : done) {
     if (r->ucx) u_.ucp_request_free(r->ucx);
-    if (r->kind == Req::TaggedRts && r->addr) u_.ucp_am_data_release(worker_, reinterpret_cast<void*>(r->addr));
+    if (r->kind == Req::TaggedRts && r->addr)  // a descriptor not held yet
+      u_.ucp_am_data_release(worker_, reinterpret_cast<void*>(r->addr));
     live_.erase(r);
     delete r;
   }
@@ -603,7 +604,7 @@ void UcxTransport::handle_put_header(int peer, const uint8_t* p, size_t n,
   post_data_recv(peer, imm, to, len, data_tag(id, peer));
 }
 
-void UcxTransport::post_data_recv(int peer, uint32_t imm, uintptr_t to, size_t len, uint64_t tag) {
+Req* UcxTransport::new_data_recv(int peer, uint32_t imm, uintptr_t to, size_t len) {
   Req* r = new_req();
   r->kind = Req::DataRecv;
   ++transfers_;
@@ -611,12 +612,17 @@ void UcxTransport::post_data_recv(int peer, uint32_t imm, uintptr_t to, size_t l
   r->imm = imm;
   r->addr = to;
   r->expect = len;
+  r->info.length = len;  // in case of an immediate completion
+  return r;
+}
+
+void UcxTransport::post_data_recv(int peer, uint32_t imm, uintptr_t to, size_t len, uint64_t tag) {
+  Req* r = new_data_recv(peer, imm, to, len);
   ucp_request_param_t prm{};
   prm.op_attr_mask =
       UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
   prm.cb.recv = recv_cb;
   prm.user_data = r;
-  r->info.length = len;  // in case of an immediate completion
   void* req = u_.ucp_tag_recv_nbx(worker_, reinterpret_cast<void*>(to), len, tag, ~0ull, &prm);
   if (UCS_PTR_IS_ERR(req)) r->status = UCS_PTR_STATUS(req);
   if (req == nullptr || UCS_PTR_IS_ERR(req))

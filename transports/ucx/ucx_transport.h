@@ -75,6 +75,11 @@ class UcxEndpoint : public transport::Endpoint {
   void file_data_send(Req* r, void* req);
   /// A request for tagged data sent to the peer, reported as on_put_done(cookie).
   Req* new_data_send(uint64_t cookie);
+  /// The bytes of a message to the peer; InvalidArgument above max_message.
+  size_t checked_message_size(std::span<const iovec> iov) const;
+  /// InvalidArgument unless [src_offset, +length) lies inside `src`.
+  void check_data_range(const transport::MemoryRegion& src, size_t src_offset,
+                        size_t length) const;
   friend class UcxTransport;
   UcxTransport& t_;
   int peer_;
@@ -155,6 +160,9 @@ class UcxTransport : public transport::Transport {
   /// Posts the receive of `len` bytes of data tagged `tag` from `peer` straight into `to`; its
   /// arrival is reported as on_put_arrived(peer, imm) (tag-mode puts and tagged data).
   void post_data_recv(int peer, uint32_t imm, uintptr_t to, size_t len, uint64_t tag);
+  /// The request of a receive of `len` bytes from `peer` into `to`, reported as
+  /// on_put_arrived(peer, imm).
+  Req* new_data_recv(int peer, uint32_t imm, uintptr_t to, size_t len);
   /// Tagged data that came with a message (kAmTaggedId) and waits for recv_tagged or
   /// discard_tagged: UCX's descriptor (a rendezvous not yet started), or the bytes.
   struct Held {
