@@ -40,7 +40,7 @@ std::string Op::describe() const {
 }
 
 void SinkAdapter::on_message(int peer, std::span<const uint8_t> data) {
-  s_->used = true;
+  if (!s_->used) e_->mark_used_locked(*s_);
   s_->note_heard(peer);  // liveness for the heartbeat
   e_->handle_message(*s_, peer, data);
 }
@@ -90,6 +90,17 @@ std::shared_ptr<Engine> Engine::create(const Options& options) {
 Engine::~Engine() { shutdown(); }
 
 // ---- transports ------------------------------------------------------------------------
+
+void Engine::mark_used_locked(Slot& s) {
+  s.used = true;
+  bool any = false, all = true;
+  for (auto& sl : slots_) {
+    if (!sl->tr || !sl->used) continue;
+    any = true;
+    all = all && sl->caps.progress_is_syscall;
+  }
+  syscall_polls_.store(any && all, std::memory_order_relaxed);
+}
 
 Slot* Engine::find_slot_locked(const std::string& name) {
   for (auto& s : slots_)
@@ -323,7 +334,7 @@ Link* Engine::link_locked(Slot& s, int peer) {
   auto deadline = std::chrono::steady_clock::now() + opt_.timeout;
   transport::Endpoint& ep =
       s.tr->connect(peer, std::span<const uint8_t>(addr).subspan(1), deadline);
-  s.used = true;
+  mark_used_locked(s);
   auto l = std::make_unique<Link>();
   l->slot = &s;
   l->peer = peer;

@@ -198,6 +198,9 @@ class Engine : public std::enable_shared_from_this<Engine> {
   void shutdown();
 
   // EventSink entry points (called from Slot's sink adapter under the engine lock).
+  /// Marks a transport used (it carries a link or delivered a message) and updates
+  /// syscall_polls_. Under the engine lock.
+  void mark_used_locked(Slot& s);
   void handle_message(Slot& s, int peer, std::span<const uint8_t> data);
   void handle_message_unguarded(Slot& s, int peer, std::span<const uint8_t> data);
   void handle_put_arrived(Slot& s, int peer, uint32_t imm);
@@ -271,6 +274,9 @@ class Engine : public std::enable_shared_from_this<Engine> {
   int progress_locked(bool everything = false);
   void progress_thread_main();
   void wake_progress_thread();
+  /// True when a used transport is moving a transfer's bytes (Transport::transferring); takes
+  /// the engine lock only if it is free (false otherwise). For a wait past its yield period.
+  bool transferring_now();
   std::string waiting_for(const Op& op);
   /// wait(): until `until`, or `timeout` from the first clock reading when it is >= 0.
   void wait_impl(Op& op, std::chrono::steady_clock::time_point until,
@@ -329,6 +335,9 @@ class Engine : public std::enable_shared_from_this<Engine> {
   std::atomic<int> spinners_{0};
   std::atomic<int> sleepers_{0};                // user threads blocked on done_cv_
   std::atomic<uint64_t> spin_epoch_{0};         // bumped whenever a wait stops spinning
+  /// Every used transport polls by a system call (Capabilities::progress_is_syscall); kept by
+  /// mark_used_locked, read by waits without the lock.
+  std::atomic<bool> syscall_polls_{false};
   std::atomic<bool> progress_sleeping_{false};  // the progress thread is in (or entering) epoll
   static constexpr std::chrono::milliseconds kLinger{1};
   std::mutex park_mu_;

@@ -191,9 +191,10 @@ void Engine::wait_impl(Op& op, std::chrono::steady_clock::time_point until,
     // (spin_epoch_ changed), so that back-to-back waits (a ping-pong) never hand the
     // transports to it and back. A thread about to sleep hands them over at once. A wait
     // counts itself in spinners_ only at its first clock reading (after 16 rounds, or 1 with
-    // the short oversubscribed spin: clock_mask below): one that ends sooner (the latency
-    // path) costs no atomic read-modify-write; the epoch it bumps when it ends keeps a parked
-    // progress thread lingering.
+    // the short oversubscribed spin, or at once over transports polled by system calls:
+    // clock_mask below): one that ends sooner (the latency path) costs no atomic
+    // read-modify-write; the epoch it bumps when it ends keeps a parked progress thread
+    // lingering.
     bool spinning = true;
     bool counted = false;
     // Hint mode (kHintLooks): the used transports as of the last locked round, whether that
@@ -230,8 +231,27 @@ void Engine::wait_impl(Op& op, std::chrono::steady_clock::time_point until,
     // every round when waits spin at most a few microseconds (oversubscribed: a tcp round is a
     // system call, and 16 of them before the first reading kept the core from the peer that
     // shares it for tens of microseconds per wait).
-    const unsigned clock_mask = spin_us_ <= 2 ? 0u : 15u;
+    // Where every transport in use polls by a system call (Capabilities::progress_is_syscall:
+    // UCX over tcp): no pause after a round that found nothing (it only lengthens each of the
+    // many rounds of a large tcp transfer), the clock every round, and the wait counted in
+    // spinners_ from its start. Such a round takes microseconds, up to a millisecond when it
+    // pushes a rendezvous' data, and a wait that had not counted itself after 16 of them let
+    // the progress thread take the transports over from under it (bench/RESULTS.md).
+    const bool syscall_polls = syscall_polls_.load(std::memory_order_relaxed);
+    const unsigned clock_mask = spin_us_ <= 2 || syscall_polls ? 0u : 15u;
+    // The first clock reading: the wait counts itself in spinners_ and its phases start.
+    auto first_reading = [&](Clock::time_point now) {
+      clocked = true;
+      spinners_.fetch_add(1);
+      counted = true;
+      start = now;
+      spin_end = now + std::chrono::microseconds(spin_us_);
+      yield_end = spin_end + std::chrono::microseconds(yield_us_);
+      if (timeout.count() >= 0)
+        until = timeout > std::chrono::hours(24 * 365) ? Clock::time_point::max() : now + timeout;
+    };
     try {
+      if (syscall_polls) first_reading(Clock::now());
       unsigned spins = 0;
       while (!op.done.load(std::memory_order_acquire)) {
         if (hint_ok && counted) {
@@ -265,7 +285,7 @@ void Engine::wait_impl(Op& op, std::chrono::steady_clock::time_point until,
           for (int k = 0; k < kRoundsPerLock; ++k) {
             int found = progress_locked();
             if (op.done.load(std::memory_order_acquire)) break;
-            if (found == 0) cpu_relax();
+            if (found == 0 && !syscall_polls) cpu_relax();
           }
           if (!op.done.load(std::memory_order_acquire)) hint_ok = hint_mode_locked();
           mu_.unlock();
@@ -273,21 +293,16 @@ void Engine::wait_impl(Op& op, std::chrono::steady_clock::time_point until,
         }
         if ((++spins & clock_mask) != 0) continue;
         auto now = Clock::now();
-        if (!clocked) {
-          clocked = true;
-          spinners_.fetch_add(1);
-          counted = true;
-          start = now;
-          spin_end = now + std::chrono::microseconds(spin_us_);
-          yield_end = spin_end + std::chrono::microseconds(yield_us_);
-          if (timeout.count() >= 0)
-            until =
-                timeout > std::chrono::hours(24 * 365) ? Clock::time_point::max() : now + timeout;
-        }
+        if (!clocked) first_reading(now);
         if (now >= until) break;
         if (now < spin_end) {
           cpu_relax();
         } else if (now < yield_end) {
+          sched_yield();
+        } else if (yield_us_ > 0 && transferring_now()) {
+          // A transport is moving a transfer's bytes right now: keep polling rather than
+          // hand the stream to the progress thread (Transport::transferring).
+          yield_end = now + std::chrono::microseconds(yield_us_);
           sched_yield();
         } else {
           // Block: the progress thread drives the transports and wakes us on completion.
@@ -355,6 +370,16 @@ std::string Engine::waiting_for(const Op& op) {
   auto dead = op.peer == kAnySource ? dead_peers_.end() : dead_peers_.find(op.peer);
   if (dead != dead_peers_.end()) os << "; that rank is gone: " << dead->second;
   return os.str();
+}
+
+bool Engine::transferring_now() {
+  // Only when the lock is free: a waiter never queues behind the progress thread for this.
+  if (!mu_.try_lock()) return false;
+  bool busy = false;
+  for (auto& s : slots_)
+    if (s->tr && s->used && s->tr->transferring()) busy = true;
+  mu_.unlock();
+  return busy;
 }
 
 void Engine::wake_progress_thread() {

@@ -91,6 +91,25 @@ bool tls_may_be_native(const std::string& config_text, std::string* tls_out) {
   return false;
 }
 
+// True when UCX_TLS names socket transports only (tcp, its connection manager, self), so that
+// every ucp_worker_progress is a system call (Capabilities::progress_is_syscall). "all", a
+// "^..." list or any shared-memory or RDMA entry: false.
+bool tls_is_sockets_only(const std::string& tls) {
+  if (tls.empty() || tls[0] == '^') return false;
+  bool any = false;
+  for (size_t i = 0; i <= tls.size();) {
+    size_t j = tls.find(',', i);
+    if (j == std::string::npos) j = tls.size();
+    std::string t = tls.substr(i, j - i);
+    i = j + 1;
+    if (!t.empty() && t[0] == '\\') t.erase(0, 1);
+    if (t.empty()) continue;
+    if (t != "tcp" && t != "sockcm" && t != "self") return false;
+    any = true;
+  }
+  return any;
+}
+
 }  // namespace
 
 // ---- construction ------------------------------------------------------------------------
@@ -215,6 +234,7 @@ UcxTransport::UcxTransport(const transport::TransportContext& ctx, const Options
   caps_.rndv_threshold = opt_.rndv_threshold;
   caps_.latency_us = maybe_native ? 1.0 : 15.0;
   caps_.bandwidth_gbps = maybe_native ? 10.0 : 3.0;
+  caps_.progress_is_syscall = tls_is_sockets_only(tls);
 
   // The pool's receives are live requests too: a limit below them plus a few would refuse
   // every send.
@@ -770,13 +790,24 @@ void UcxTransport::check_pids() {
 int UcxTransport::progress(transport::EventSink& sink) {
   if (closing_) return 0;
   unsigned moved = 0;
+  // Up to 16 rounds while UCX moves something, but back to the engine as soon as a callback
+  // left it work (a completion, an arrived RTS, an error): a rendezvous' answer (UCX's RTR,
+  // sent from ucp_am_recv_data_nbx) or the next send waits for the engine, and more rounds of a
+  // busy tcp stream before it would delay them by tens of microseconds.
   for (int i = 0; i < 16; ++i) {
     unsigned n = u_.ucp_worker_progress(worker_);
-    if (n == 0) break;
     moved += n;
+    if (n == 0 || !completed_.empty() || !errors_.empty()) break;
   }
-  if (moved != 0 && transfers_ > 0) last_moved_ = std::chrono::steady_clock::now();
-  check_pids();
+  // No clock on the busy path (a round of a tcp stream is a few microseconds, and clock reads
+  // were a visible share of it): transferring() notices moved_rounds_ change, and the pid
+  // watch is looked at on every idle call but only every 16th one that moved something.
+  if (moved != 0) {
+    if (transfers_ > 0) ++moved_rounds_;
+    if ((++busy_calls_ & 15) == 0) check_pids();
+  } else {
+    check_pids();
+  }
   int events = 0;
   std::vector<Req*>& done = done_scratch_;  // kept: no allocation per progress call
   while (!completed_.empty() || !errors_.empty()) {
@@ -804,13 +835,24 @@ int UcxTransport::progress(transport::EventSink& sink) {
   return events;
 }
 
+bool UcxTransport::transferring() {
+  if (transfers_ == 0) return false;
+  auto now = std::chrono::steady_clock::now();
+  if (moved_rounds_ != seen_rounds_) {  // moved since the last look
+    seen_rounds_ = moved_rounds_;
+    last_moved_ = now;
+    return true;
+  }
+  return now - last_moved_ < kBusyPoll;
+}
+
 bool UcxTransport::arm() {
   if (!completed_.empty() || !errors_.empty()) return false;
   // A rendezvous transfer that UCX is moving right now (tcp: chunk after chunk through
   // ucp_worker_progress) is polled, not slept on: a wake-up per chunk through the event fd
   // cost ~20% of large-message bandwidth over tcp (bench/RESULTS.md). Once UCX has moved
   // nothing for kBusyPoll (the peer copies, or is descheduled), sleep as usual.
-  if (transfers_ > 0 && std::chrono::steady_clock::now() - last_moved_ < kBusyPoll) return false;
+  if (transferring()) return false;
   if (efd_ < 0) return true;
   ucs_status_t st = u_.ucp_worker_arm(worker_);
   if (st == UCS_ERR_BUSY) return false;

@@ -144,6 +144,7 @@ class UcxTransport : public transport::Transport {
   int progress(transport::EventSink& sink) override;
   int wait_fd() const override { return efd_; }
   bool arm() override;
+  bool transferring() override;
   void recv_tagged(int peer, uint64_t id, const transport::MemoryRegion& dst, size_t offset,
                    size_t length, uint32_t imm) override;
   void discard_tagged(int peer, uint64_t id) override;
@@ -234,6 +235,9 @@ class UcxTransport : public transport::Transport {
   /// there was some: arm() polls instead of sleeping during a transfer.
   int transfers_ = 0;
   std::chrono::steady_clock::time_point last_moved_{};
+  uint64_t moved_rounds_ = 0;  // progress calls that moved something while transfers ran
+  uint64_t seen_rounds_ = 0;   // moved_rounds_ as transferring() last saw it
+  uint32_t busy_calls_ = 0;    // progress calls that moved something (the pid watch's pace)
   static constexpr std::chrono::microseconds kBusyPoll{500};
   size_t max_live_ = 16384;  ///< opt_.max_requests, at least the pool plus 8
   int rma_endpoints_ = 0;    ///< endpoints that put by ucp_put_nbx (regions need rkeys)

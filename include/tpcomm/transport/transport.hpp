@@ -58,6 +58,10 @@ struct Capabilities {
   /// with its data, one transfer instead of two). Only for transports without credits
   /// (recv_slots == 0): the message arrives in no fixed order with the others.
   bool tagged_data_with_message = false;
+  /// Every progress() round makes a system call (a socket poll: UCX over tcp). A spinning wait
+  /// then does not pause after a round that found nothing: the pause keeps a poll of shared
+  /// memory off the cache line the peer is writing, and a system call already does that.
+  bool progress_is_syscall = false;
 };
 
 /// What a transport is created with. The store is private to the transport (prefixed), for
@@ -122,6 +126,13 @@ class Transport {
   /// (ibv_req_notify_cq, ucp_worker_arm, "doorbell wanted" flags). Returns false when work
   /// is already pending, in which case the caller runs progress() instead of sleeping.
   virtual bool arm() { return true; }
+
+  /// True while progress() is moving the bytes of a transfer chunk after chunk (it moved some
+  /// within the last half millisecond: UCX over tcp). A waiting thread then keeps polling past
+  /// its yield period instead of blocking, as the progress thread does instead of sleeping:
+  /// handing a stream to the progress thread and back on every completion cost ~7% of 1 MiB
+  /// bandwidth (bench/RESULTS.md). Called under the caller's serialization.
+  virtual bool transferring() { return false; }
 
   /// True when a post left work that only a later progress() (or arm()) finishes, such as a
   /// doorbell check deferred off the send path. Called under the caller's serialization after

@@ -1,0 +1,92 @@
+// How the ucx transport tells the engine's waits about its progress (issue 9): over socket
+// lanes only (UCX_TLS tcp) every progress round is a system call (Capabilities::
+// progress_is_syscall, so a spinning wait neither pauses between rounds nor delays counting
+// itself), and transferring() is true while a rendezvous' bytes move chunk after chunk (a wait
+// past its yield period then keeps polling instead of handing the stream to the progress
+// thread), false when nothing is in flight and once the transfer is done.
+#include <cstring>
+#include <thread>
+
+#include "common/transport_test_util.h"
+#include "ucx/ucx_test_util.h"
+
+namespace tpcomm::testing {
+namespace {
+
+using namespace std::chrono_literals;
+using transport::PostStatus;
+using transport::test_util::pump;
+using transport::test_util::set_env;
+
+class UcxProgress : public UcxPairTest {
+ protected:
+  void SetUp() override {
+    UcxLaneTest::SetUp();
+    if (IsSkipped()) return;
+    make_pair("ucx-progress");
+  }
+  bool tcp() const { return GetParam().name == "tcp"; }
+};
+
+TEST_P(UcxProgress, SocketLanesSayEveryRoundIsASystemCall) {
+  ASSERT_TRUE(pump({{t[0].get(), &s[0]}, {t[1].get(), &s[1]}},
+                   [&] { return ep01->ready() && ep10->ready(); }));
+  EXPECT_EQ(t[0]->capabilities().progress_is_syscall, tcp()) << "UCX_TLS=" << GetParam().tls;
+  EXPECT_EQ(t[1]->capabilities().progress_is_syscall, tcp());
+}
+
+TEST_P(UcxProgress, TransferringOnlyWhileARendezvousMoves) {
+  EXPECT_FALSE(t[0]->transferring()) << "nothing posted yet";
+  EXPECT_FALSE(t[1]->transferring());
+  constexpr size_t kLen = 64u << 20;  // many tcp chunks
+  std::vector<uint8_t> in(kLen), out(kLen, 0);
+  for (size_t i = 0; i < kLen; i += 4096) in[i] = static_cast<uint8_t>(i >> 12);
+  auto src = t[0]->register_memory(in.data(), kLen, Device::cpu());
+  auto dst = t[1]->register_memory(out.data(), kLen, Device::cpu());
+  std::string m = "64 MiB under id 3";
+  iovec v{m.data(), m.size()};
+  ASSERT_EQ(ep01->send_tagged_with_message({&v, 1}, *src, 0, kLen, 3, 30), PostStatus::Ok);
+  ASSERT_TRUE(pump({{t[0].get(), &s[0]}, {t[1].get(), &s[1]}}, [&] { return !s[1].messages.empty(); }));
+  t[1]->recv_tagged(0, 3, *dst, 0, kLen, 4);
+  bool seen = false;  // transferring() true on a side while the data was not all there
+  ASSERT_TRUE(pump({{t[0].get(), &s[0]}, {t[1].get(), &s[1]}}, [&] {
+    bool done = !s[0].done.empty() && !s[1].arrived.empty();
+    if (!done && (t[0]->transferring() || t[1]->transferring())) seen = true;
+    return done;
+  }, 60s));
+  EXPECT_EQ(s[0].done[0], (std::pair<uint64_t, bool>{30, true}));
+  EXPECT_EQ(std::memcmp(out.data(), in.data(), kLen), 0);
+  // Over tcp the 64 MiB take many progress rounds, each moving a chunk; over shared memory
+  // UCX may copy them in one.
+  if (tcp()) {
+    EXPECT_TRUE(seen) << "64 MiB over tcp moved without transferring() noticing";
+  }
+  EXPECT_FALSE(t[0]->transferring()) << "the send is complete";
+  EXPECT_FALSE(t[1]->transferring()) << "the receive is complete";
+  EXPECT_TRUE(s[0].errors.empty() && s[1].errors.empty());
+}
+
+INSTANTIATE_TEST_SUITE_P(Lanes, UcxProgress, kUcxLanes, lane_name);
+
+// The classification follows the resolved UCX_TLS: tcp with self is sockets only, tcp with a
+// shared-memory transport is not (its rounds read memory and the pause helps there).
+TEST(UcxProgressTls, MixedListsAreNotSocketsOnly) {
+  if (!transport::has_transport("ucx")) GTEST_SKIP() << "this build has no UCX";
+  for (auto [tls, want] : {std::pair<const char*, bool>{"tcp,self", true}, {"tcp,posix,self", false}}) {
+    set_env("TPCOMM_UCX_TLS", tls);
+    std::unique_ptr<transport::Transport> tr;
+    try {
+      auto ctx = transport::test_util::make_ctx(0, 1, std::string("ucx-tls-") + tls);
+      ctx.store = std::make_shared<HashStore>();
+      tr = transport::create_transport("ucx", ctx);
+    } catch (const NotSupportedError& e) {
+      set_env("TPCOMM_UCX_TLS", nullptr);
+      GTEST_SKIP() << e.what();
+    }
+    EXPECT_EQ(tr->capabilities().progress_is_syscall, want) << "UCX_TLS=" << tls;
+  }
+  set_env("TPCOMM_UCX_TLS", nullptr);
+}
+
+}  // namespace
+}  // namespace tpcomm::testing
