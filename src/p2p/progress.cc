@@ -30,6 +30,13 @@ constexpr int kRoundsPerLock = 4;
 // thread stays parked, as for any spinner), and shutdown() waits for that count to drain
 // before it destroys the transports such a waiter may be calling.
 constexpr int kHintLooks = 16;
+
+// A wait whose yield period ends while a transport is transferring() yields on, looking again
+// every kExtendLook, for at most kMaxExtend in all (then it sleeps as usual): long enough for
+// the oldest of a window of interleaved large transfers (32 x 1 MiB over tcp: ~5 ms), short of
+// letting trickling traffic keep a waiter polling indefinitely.
+constexpr std::chrono::microseconds kExtendLook{500};
+constexpr std::chrono::milliseconds kMaxExtend{100};
 constexpr int kHintUnit = 1 << 16;
 constexpr int kMaxHints = 4;
 
@@ -185,6 +192,7 @@ void Engine::wait_impl(Op& op, std::chrono::steady_clock::time_point until,
   // The clock is read only every 16th round, so a wait that ends within a few rounds (the
   // latency path) reads none; a relative timeout starts at the first reading.
   Clock::time_point start{}, spin_end{}, yield_end{};
+  Clock::time_point extend_end{};  // the yield period's renewals end here (kMaxExtend)
   bool clocked = false;
   if (!op.done.load(std::memory_order_acquire)) {
     // The progress thread stays parked while a thread spins, and for about kLinger after
@@ -254,7 +262,7 @@ void Engine::wait_impl(Op& op, std::chrono::steady_clock::time_point until,
       if (syscall_polls) first_reading(Clock::now());
       unsigned spins = 0;
       while (!op.done.load(std::memory_order_acquire)) {
-        if (hint_ok && counted) {
+        if (hint_ok && counted && !syscall_polls) {
           if (!hinting) {
             spinners_.fetch_add(kHintUnit);
             hinting = true;
@@ -296,13 +304,17 @@ void Engine::wait_impl(Op& op, std::chrono::steady_clock::time_point until,
         if (!clocked) first_reading(now);
         if (now >= until) break;
         if (now < spin_end) {
-          cpu_relax();
+          if (!syscall_polls) cpu_relax();
         } else if (now < yield_end) {
           sched_yield();
-        } else if (yield_us_ > 0 && transferring_now()) {
+        } else if (spin_us_ > 2 && yield_us_ > 0 &&
+                   (extend_end == Clock::time_point{} || now < extend_end) && transferring_now()) {
           // A transport is moving a transfer's bytes right now: keep polling rather than
-          // hand the stream to the progress thread (Transport::transferring).
-          yield_end = now + std::chrono::microseconds(yield_us_);
+          // hand the stream to the progress thread (Transport::transferring), looking again
+          // every kExtendLook, for kMaxExtend at most. Not with the oversubscribed short
+          // spin (ranks share cores: a sleeping waiter leaves its core to the peer).
+          if (extend_end == Clock::time_point{}) extend_end = now + kMaxExtend;
+          yield_end = now + kExtendLook;
           sched_yield();
         } else {
           // Block: the progress thread drives the transports and wakes us on completion.
@@ -376,8 +388,10 @@ bool Engine::transferring_now() {
   // Only when the lock is free: a waiter never queues behind the progress thread for this.
   if (!mu_.try_lock()) return false;
   bool busy = false;
-  for (auto& s : slots_)
-    if (s->tr && s->used && s->tr->transferring()) busy = true;
+  // Links that only the progress thread makes (a peer's heartbeat back-link) need it awake.
+  if (need_link_.empty())
+    for (auto& s : slots_)
+      if (s->tr && s->used && s->tr->transferring()) busy = true;
   mu_.unlock();
   return busy;
 }

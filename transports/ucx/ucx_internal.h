@@ -7,11 +7,20 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace tpcomm::ucx {
 
 class UcxTransport;
+
+// UCX_TLS lists (ucx_tls.cc). True when UCX_TLS, as UCX printed its configuration
+// (`config_text`), may name an RDMA transport (anything but tcp and the shared-memory ones;
+// "all" and "^..." lists may); the list itself goes to *tls_out.
+bool tls_may_be_native(const std::string& config_text, std::string* tls_out);
+// True when the list names socket transports only (tcp, sockcm, self): every
+// ucp_worker_progress is then a system call (Capabilities::progress_is_syscall).
+bool tls_is_sockets_only(const std::string& tls);
 
 // Tags: bit 63 set = a message into the pre-posted pool (kind in bits 62..60); bit 63 clear
 // and bit 62 clear = the data of a tag-mode put (put id in bits 59..32); bit 63 clear and bit

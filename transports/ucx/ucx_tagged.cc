@@ -157,8 +157,8 @@ void UcxTransport::recv_tagged(int peer, uint64_t id, const transport::MemoryReg
                           std::to_string(length) + ") outside the registered " +
                           std::to_string(dst.length()) + " bytes");
   uintptr_t to = reinterpret_cast<uintptr_t>(dst.addr()) + offset;
-  // The data comes now (it follows its RTS): arm() polls instead of sleeping while it starts.
-  last_moved_ = std::chrono::steady_clock::now();
+  // The data comes now (it follows its RTS): transferring() polls while it starts.
+  ++moved_rounds_;
   auto it = held_.find(held_key(peer, id));
   if (it == held_.end()) {  // sent as a tagged message (TPCOMM_UCX_TAGGED=tag at the sender)
     post_data_recv(peer, imm, to, length, tagged_tag(id, peer));

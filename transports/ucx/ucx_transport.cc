@@ -62,53 +62,6 @@ std::string capture(F&& f) {
   return out;
 }
 
-// True when UCX_TLS (as UCX resolved it) may name an RDMA transport, whose RMA tpcomm uses
-// (ucp_put_nbx): anything but tcp and the shared-memory ones ("all" and "^..." lists may).
-bool tls_may_be_native(const std::string& config_text, std::string* tls_out) {
-  auto pos = config_text.find("UCX_TLS=");
-  if (pos == std::string::npos) return true;
-  auto end = config_text.find('\n', pos);
-  std::string tls = config_text.substr(pos + 8, end == std::string::npos ? end : end - pos - 8);
-  *tls_out = tls;
-  if (tls.empty() || tls[0] == '^') return true;
-  size_t i = 0;
-  while (i <= tls.size()) {
-    size_t j = tls.find(',', i);
-    if (j == std::string::npos) j = tls.size();
-    std::string t = tls.substr(i, j - i);
-    if (t.empty()) {
-      i = j + 1;
-      continue;
-    }
-    if (t[0] == '\\') t.erase(0, 1);
-    bool host_only = false;
-    for (const char* h :
-         {"tcp", "sockcm", "self", "shm", "sm", "mm", "posix", "sysv", "cma", "knem", "xpmem"})
-      if (t == h) host_only = true;
-    if (!host_only) return true;
-    i = j + 1;
-  }
-  return false;
-}
-
-// True when UCX_TLS names socket transports only (tcp, its connection manager, self), so that
-// every ucp_worker_progress is a system call (Capabilities::progress_is_syscall). "all", a
-// "^..." list or any shared-memory or RDMA entry: false.
-bool tls_is_sockets_only(const std::string& tls) {
-  if (tls.empty() || tls[0] == '^') return false;
-  bool any = false;
-  for (size_t i = 0; i <= tls.size();) {
-    size_t j = tls.find(',', i);
-    if (j == std::string::npos) j = tls.size();
-    std::string t = tls.substr(i, j - i);
-    i = j + 1;
-    if (!t.empty() && t[0] == '\\') t.erase(0, 1);
-    if (t.empty()) continue;
-    if (t != "tcp" && t != "sockcm" && t != "self") return false;
-    any = true;
-  }
-  return any;
-}
 
 }  // namespace
 
@@ -762,8 +715,9 @@ void UcxTransport::finish(Req* r, transport::EventSink& sink, int& events) {
 }
 
 void UcxTransport::check_pids() {
-  // Every progress call comes here: the coarse clock (a few ns, ~4 ms resolution) keeps a
-  // full clock read off the busy-poll path; the check itself runs every 50 ms.
+  // Called from every idle progress call and every 16th busy one: the coarse clock (a few ns,
+  // ~4 ms resolution) keeps a full clock read off the busy-poll path; the check itself runs
+  // every 50 ms.
   timespec ts{};
   clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
   int64_t now = static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
@@ -800,8 +754,8 @@ int UcxTransport::progress(transport::EventSink& sink) {
     if (n == 0 || !completed_.empty() || !errors_.empty()) break;
   }
   // No clock on the busy path (a round of a tcp stream is a few microseconds, and clock reads
-  // were a visible share of it): transferring() notices moved_rounds_ change, and the pid
-  // watch is looked at on every idle call but only every 16th one that moved something.
+  // were a visible share of it): moving() notices moved_rounds_ change, and the pid watch is
+  // looked at on every idle call but only every 16th one that moved something.
   if (moved != 0) {
     if (transfers_ > 0) ++moved_rounds_;
     if ((++busy_calls_ & 15) == 0) check_pids();
@@ -835,16 +789,18 @@ int UcxTransport::progress(transport::EventSink& sink) {
   return events;
 }
 
-bool UcxTransport::transferring() {
+bool UcxTransport::moving(MoveWatch& w) {
   if (transfers_ == 0) return false;
   auto now = std::chrono::steady_clock::now();
-  if (moved_rounds_ != seen_rounds_) {  // moved since the last look
-    seen_rounds_ = moved_rounds_;
-    last_moved_ = now;
+  if (moved_rounds_ != w.seen) {
+    w.seen = moved_rounds_;
+    w.at = now;
     return true;
   }
-  return now - last_moved_ < kBusyPoll;
+  return now - w.at < kBusyPoll;
 }
+
+bool UcxTransport::transferring() { return moving(wait_watch_); }
 
 bool UcxTransport::arm() {
   if (!completed_.empty() || !errors_.empty()) return false;
@@ -852,7 +808,7 @@ bool UcxTransport::arm() {
   // ucp_worker_progress) is polled, not slept on: a wake-up per chunk through the event fd
   // cost ~20% of large-message bandwidth over tcp (bench/RESULTS.md). Once UCX has moved
   // nothing for kBusyPoll (the peer copies, or is descheduled), sleep as usual.
-  if (transferring()) return false;
+  if (moving(arm_watch_)) return false;
   if (efd_ < 0) return true;
   ucs_status_t st = u_.ucp_worker_arm(worker_);
   if (st == UCS_ERR_BUSY) return false;

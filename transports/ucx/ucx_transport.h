@@ -234,9 +234,19 @@ class UcxTransport : public transport::Transport {
   /// Tag-mode put data in flight (PutData, DataRecv) and when UCX last moved bytes while
   /// there was some: arm() polls instead of sleeping during a transfer.
   int transfers_ = 0;
-  std::chrono::steady_clock::time_point last_moved_{};
-  uint64_t moved_rounds_ = 0;  // progress calls that moved something while transfers ran
-  uint64_t seen_rounds_ = 0;   // moved_rounds_ as transferring() last saw it
+  /// Bumped by every progress call that moved something while transfers ran, and when a
+  /// transfer starts: the clock stays off the progress path.
+  uint64_t moved_rounds_ = 0;
+  /// One caller's view of moved_rounds_ (the progress thread's arm(), the waits'
+  /// transferring()), so that neither one's look resets the other's window.
+  struct MoveWatch {
+    uint64_t seen = 0;
+    std::chrono::steady_clock::time_point at{};  // when this caller last saw it move
+  };
+  MoveWatch arm_watch_, wait_watch_;
+  /// True while transfers run and moved_rounds_ changed since `w`'s last look, or within
+  /// kBusyPoll of the look that last saw it change.
+  bool moving(MoveWatch& w);
   uint32_t busy_calls_ = 0;    // progress calls that moved something (the pid watch's pace)
   static constexpr std::chrono::microseconds kBusyPoll{500};
   size_t max_live_ = 16384;  ///< opt_.max_requests, at least the pool plus 8

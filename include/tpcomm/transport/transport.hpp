@@ -127,11 +127,12 @@ class Transport {
   /// is already pending, in which case the caller runs progress() instead of sleeping.
   virtual bool arm() { return true; }
 
-  /// True while progress() is moving the bytes of a transfer chunk after chunk (it moved some
-  /// within the last half millisecond: UCX over tcp). A waiting thread then keeps polling past
-  /// its yield period instead of blocking, as the progress thread does instead of sleeping:
-  /// handing a stream to the progress thread and back on every completion cost ~7% of 1 MiB
-  /// bandwidth (bench/RESULTS.md). Called under the caller's serialization.
+  /// True while progress() is moving the bytes of a transfer chunk after chunk (UCX over
+  /// tcp: a transfer runs and UCX moved something since this method's last call, or within
+  /// half a millisecond of the call that last saw it move). A wait past its yield period then
+  /// keeps polling (for 100 ms at most) instead of blocking: handing a stream to the progress
+  /// thread and back on every completion cost ~7% of 1 MiB bandwidth at a window of 32
+  /// (bench/RESULTS.md, session 17). Called under the caller's serialization.
   virtual bool transferring() { return false; }
 
   /// True when a post left work that only a later progress() (or arm()) finishes, such as a
