@@ -51,6 +51,7 @@
 #include <vector>
 
 #include "bench/bench_buffer.h"
+#include "bench/ucx_bench_util.h"
 #include "tpcomm/tpcomm.hpp"
 #include "tpcomm/transport/transport.hpp"
 
@@ -58,13 +59,10 @@ namespace {
 
 using namespace tpcomm;
 using bench::BenchBuffer;
+using ucx_bench::die;
+using ucx_bench::parse_size;
+using ucx_bench::swap_blob;
 using Clock = std::chrono::steady_clock;
-
-[[noreturn]] void die(const std::string& what, ucs_status_t st = UCS_OK) {
-  std::fprintf(stderr, "ucx_ab: %s%s%s\n", what.c_str(), st == UCS_OK ? "" : ": ",
-               st == UCS_OK ? "" : ucs_status_string(st));
-  std::exit(1);
-}
 
 struct Args {
   size_t size = 1 << 20;
@@ -82,37 +80,6 @@ struct Args {
   bool trans = false;   // --trans: also tpcomm's ucx transport without the engine
   std::string timeline;
 };
-
-size_t parse_size(const char* s) {
-  char* end = nullptr;
-  double v = std::strtod(s, &end);
-  switch (end && *end ? *end : 0) {
-    case 'K': case 'k': v *= 1024; break;
-    case 'M': case 'm': v *= 1024 * 1024; break;
-    case 'G': case 'g': v *= 1024.0 * 1024 * 1024; break;
-    default: break;
-  }
-  return static_cast<size_t>(v);
-}
-
-void put_all(int fd, const void* p, size_t n) {
-  const auto* c = static_cast<const char*>(p);
-  while (n > 0) {
-    ssize_t k = ::write(fd, c, n);
-    if (k <= 0) die("bootstrap write failed");
-    c += k;
-    n -= static_cast<size_t>(k);
-  }
-}
-void get_all(int fd, void* p, size_t n) {
-  auto* c = static_cast<char*>(p);
-  while (n > 0) {
-    ssize_t k = ::read(fd, c, n);
-    if (k <= 0) die("bootstrap read failed (the other rank died?)");
-    c += k;
-    n -= static_cast<size_t>(k);
-  }
-}
 
 int64_t mono_ns() {
   timespec ts{};
@@ -169,20 +136,15 @@ struct Raw {
     size_t len = 0;
     if ((st = ucp_worker_get_address(worker, &addr, &len)) != UCS_OK)
       die("ucp_worker_get_address", st);
-    uint64_t n = len;
-    put_all(fd, &n, sizeof n);
-    put_all(fd, addr, len);
+    std::vector<uint8_t> peer = swap_blob(fd, addr, len);
     ucp_worker_release_address(worker, addr);
-    get_all(fd, &n, sizeof n);
-    std::vector<char> peer(n);
-    get_all(fd, peer.data(), n);
     ucp_ep_params_t ep_params{};
     ep_params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
     ep_params.address = reinterpret_cast<const ucp_address_t*>(peer.data());
     if ((st = ucp_ep_create(worker, &ep_params, &ep)) != UCS_OK) die("ucp_ep_create", st);
     peer_addr = std::move(peer);
   }
-  std::vector<char> peer_addr;
+  std::vector<uint8_t> peer_addr;
 
   // --raw-am: rendezvous active messages, as tpcomm's ucx transport sends tagged data
   // (ucp_am_send_nbx with UCP_AM_SEND_FLAG_RNDV); the receiver keeps each arrival's descriptor
@@ -197,8 +159,8 @@ struct Raw {
   }
   void enable_am() {
     ucp_am_handler_param_t hp{};
-    hp.field_mask =
-        UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
+    hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                    UCP_AM_HANDLER_PARAM_FIELD_ARG;
     hp.id = 5;
     hp.cb = on_am;
     hp.arg = this;
@@ -315,12 +277,7 @@ struct Trans : transport::EventSink {
     ctx.job_id = "ucx_ab";
     tr = transport::create_transport("ucx", ctx);
     std::vector<uint8_t> mine = tr->address();
-    uint64_t n = mine.size();
-    put_all(fd, &n, sizeof n);
-    put_all(fd, mine.data(), mine.size());
-    get_all(fd, &n, sizeof n);
-    std::vector<uint8_t> theirs(n);
-    get_all(fd, theirs.data(), n);
+    std::vector<uint8_t> theirs = swap_blob(fd, mine.data(), mine.size());
     peer = 1 - rank;
     const auto deadline = Clock::now() + std::chrono::seconds(60);
     ep = &tr->connect(peer, theirs, deadline);
@@ -351,7 +308,7 @@ struct Trans : transport::EventSink {
 
 // ---- bursts ----------------------------------------------------------------------------
 
-enum Kind { kTpcomm = 0, kRaw = 1, kRawOne = 2, kRawCfg = 3, kRawSplit = 4, kRawAm = 5, kTrans = 6 };
+enum Kind { kTpcomm, kRaw, kRawOne, kRawCfg, kRawSplit, kRawAm, kTrans };
 const char* kNames[] = {"tpcomm", "raw", "raw1", "rawcfg", "rawsplit", "rawam", "trans"};
 
 struct Rank {
@@ -367,6 +324,25 @@ struct Rank {
 
   void* recv_buf(Kind k, int i) const {
     return rbufs[k == kRawOne ? 0 : static_cast<size_t>(i % a.window)]->data();
+  }
+
+  // `count` raw UCP posts (post(i) gives message i's request) through a window of a.window,
+  // between two line-ups; the time from the first line-up to the last completion.
+  template <class Post>
+  std::chrono::duration<double> raw_window(const Raw& raw, int count, Post&& post) const {
+    raw.line_up(rank);
+    std::vector<void*> reqs(static_cast<size_t>(a.window), nullptr);
+    auto t0 = Clock::now();
+    for (int i = 0; i < count; ++i) {
+      void*& r = reqs[static_cast<size_t>(i % a.window)];
+      raw.wait(r);
+      r = post(i);
+      if (UCS_PTR_IS_ERR(r)) die("raw UCX post failed", UCS_PTR_STATUS(r));
+    }
+    for (void*& r : reqs) raw.wait(r);
+    std::chrono::duration<double> sec = Clock::now() - t0;
+    raw.line_up(rank);
+    return sec;
   }
 
   // One burst; rank 0 returns GB/s (its time from the line-up to its last completion).
@@ -401,7 +377,8 @@ struct Rank {
       uint64_t next_id = 1;
       for (int i = 0; i < count; ++i) {
         if (rank == 0) {
-          if (i >= a.window) t.progress_until(t.done_sends, base_s + static_cast<uint64_t>(i - a.window + 1));
+          if (i >= a.window)
+            t.progress_until(t.done_sends, base_s + static_cast<uint64_t>(i - a.window + 1));
           uint64_t id = next_id++;
           iovec msg{&id, sizeof id};
           for (;;) {
@@ -411,7 +388,8 @@ struct Rank {
             t.tr->progress(t);
           }
         } else {
-          if (i >= a.window) t.progress_until(t.done_recvs, base_r + static_cast<uint64_t>(i - a.window + 1));
+          if (i >= a.window)
+            t.progress_until(t.done_recvs, base_r + static_cast<uint64_t>(i - a.window + 1));
           while (t.arrived_ids.empty()) t.tr->progress(t);
           uint64_t id = t.arrived_ids.front();
           t.arrived_ids.erase(t.arrived_ids.begin());
@@ -425,18 +403,9 @@ struct Rank {
       raw.line_up(rank);
     } else if (k == kRawAm) {
       Raw& raw = *raw_cfg;
-      raw.line_up(rank);
-      std::vector<void*> reqs(static_cast<size_t>(a.window), nullptr);
-      auto t0 = Clock::now();
-      for (int i = 0; i < count; ++i) {
-        void*& r = reqs[static_cast<size_t>(i % a.window)];
-        raw.wait(r);
-        r = rank == 0 ? raw.am_send(sbuf.data(), n) : raw.am_take(recv_buf(k, i), n);
-        if (UCS_PTR_IS_ERR(r)) die("raw UCX AM post failed", UCS_PTR_STATUS(r));
-      }
-      for (void*& r : reqs) raw.wait(r);
-      sec = Clock::now() - t0;
-      raw.line_up(rank);
+      sec = raw_window(raw, count, [&](int i) {
+        return rank == 0 ? raw.am_send(sbuf.data(), n) : raw.am_take(recv_buf(k, i), n);
+      });
     } else if (k == kRawSplit) {
       // Each message in a.split parts, part j on endpoint j (tag 100 + j), into consecutive
       // parts of the receive buffer.
@@ -464,18 +433,9 @@ struct Rank {
       raw.line_up(rank);
     } else {
       const Raw& raw = k == kRawCfg ? *raw_cfg : this->raw;
-      raw.line_up(rank);
-      std::vector<void*> reqs(static_cast<size_t>(a.window), nullptr);
-      auto t0 = Clock::now();
-      for (int i = 0; i < count; ++i) {
-        void*& r = reqs[static_cast<size_t>(i % a.window)];
-        raw.wait(r);
-        r = rank == 0 ? raw.send(sbuf.data(), n, 1) : raw.recv(recv_buf(k, i), n, 1);
-        if (UCS_PTR_IS_ERR(r)) die("raw UCX post failed", UCS_PTR_STATUS(r));
-      }
-      for (void*& r : reqs) raw.wait(r);
-      sec = Clock::now() - t0;
-      raw.line_up(rank);
+      sec = raw_window(raw, count, [&](int i) {
+        return rank == 0 ? raw.send(sbuf.data(), n, 1) : raw.recv(recv_buf(k, i), n, 1);
+      });
     }
     return static_cast<double>(n) * count / sec.count() / 1e9;
   }
@@ -513,7 +473,8 @@ int run_rank(int rank, int fd, const std::string& dir, const Args& a) {
     if (a.alias) {
       rbufs = BenchBuffer::views_of_one(a.size, a.window);
     } else {
-      for (int i = 0; i < a.window; ++i) rbufs.push_back(std::make_unique<BenchBuffer>(a.size, false));
+      for (int i = 0; i < a.window; ++i)
+        rbufs.push_back(std::make_unique<BenchBuffer>(a.size, false));
     }
     for (auto& b : rbufs) std::memset(b->data(), 2, a.size);
   }
@@ -538,8 +499,9 @@ int run_rank(int rank, int fd, const std::string& dir, const Args& a) {
     raw.add_endpoints(a.split);
     kinds.push_back(kRawSplit);
   }
-  const int count = a.count > 0 ? a.count
-                                : static_cast<int>(std::max<size_t>(2 * a.window, (256ull << 20) / a.size));
+  const int count =
+      a.count > 0 ? a.count
+                  : static_cast<int>(std::max<size_t>(2 * a.window, (256ull << 20) / a.size));
   for (Kind k : kinds) r.burst(k, std::max(a.window, count / 4));  // warm-up (tcp windows grow)
   std::vector<std::vector<double>> bw(kinds.size());
   std::vector<std::vector<double>> ratio(kinds.size());
@@ -587,8 +549,8 @@ int run_rank(int rank, int fd, const std::string& dir, const Args& a) {
                   quantile(bw[j], 0.5), quantile(bw[j], 0.25), quantile(bw[j], 0.75));
     for (size_t j = 1; j < kinds.size(); ++j)
       std::printf("%s/%s per round: median %.1f%% (quartiles %.1f%% .. %.1f%%)\n",
-                  kNames[kinds[0]], kNames[kinds[j]], 100 * quantile(ratio[j], 0.5), 100 * quantile(ratio[j], 0.25),
-                  100 * quantile(ratio[j], 0.75));
+                  kNames[kinds[0]], kNames[kinds[j]], 100 * quantile(ratio[j], 0.5),
+                  100 * quantile(ratio[j], 0.25), 100 * quantile(ratio[j], 0.75));
   }
   if (pg) pg->destroy();
   return 0;
@@ -597,6 +559,7 @@ int run_rank(int rank, int fd, const std::string& dir, const Args& a) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  ucx_bench::g_prog = "ucx_ab";
   Args a;
   for (int i = 1; i < argc; ++i) {
     const std::string s = argv[i];
@@ -621,7 +584,8 @@ int main(int argc, char** argv) {
     else {
       std::fprintf(stderr,
                    "usage: %s [--size N] [--window W] [--rounds R] [--count C] [--alias] "
-                   "[--raw-one] [--raw-cfg [--cfg NAME=VALUE]...] [--split K] [--raw-am] [--trans] [--no-tpcomm] [--pin] [--timeline FILE]\n",
+                   "[--raw-one] [--raw-cfg [--cfg NAME=VALUE]...] [--split K] [--raw-am] "
+                   "[--trans] [--no-tpcomm] [--pin] [--timeline FILE]\n",
                    argv[0]);
       return 2;
     }

@@ -30,45 +30,12 @@
 #include <string>
 #include <vector>
 
+#include "ucx_bench_util.h"
+
 namespace {
 
-[[noreturn]] void die(const char* what, ucs_status_t st = UCS_OK) {
-  std::fprintf(stderr, "ucx_rotate: %s%s%s\n", what, st == UCS_OK ? "" : ": ",
-               st == UCS_OK ? "" : ucs_status_string(st));
-  std::exit(1);
-}
-
-size_t parse_size(const char* s) {
-  char* end = nullptr;
-  double v = std::strtod(s, &end);
-  switch (end && *end ? *end : 0) {
-    case 'K': case 'k': v *= 1024; break;
-    case 'M': case 'm': v *= 1024 * 1024; break;
-    case 'G': case 'g': v *= 1024.0 * 1024 * 1024; break;
-    default: break;
-  }
-  return static_cast<size_t>(v);
-}
-
-// Whole-buffer writes and reads over the socketpair that bootstraps the two processes.
-void put_all(int fd, const void* p, size_t n) {
-  const auto* c = static_cast<const char*>(p);
-  while (n > 0) {
-    ssize_t k = ::write(fd, c, n);
-    if (k <= 0) die("bootstrap write failed");
-    c += k;
-    n -= static_cast<size_t>(k);
-  }
-}
-void get_all(int fd, void* p, size_t n) {
-  auto* c = static_cast<char*>(p);
-  while (n > 0) {
-    ssize_t k = ::read(fd, c, n);
-    if (k <= 0) die("bootstrap read failed");
-    c += k;
-    n -= static_cast<size_t>(k);
-  }
-}
+using ucx_bench::die;
+using ucx_bench::parse_size;
 
 struct Ucx {
   ucp_context_h ctx = nullptr;
@@ -95,13 +62,8 @@ Ucx setup(int fd) {
   size_t len = 0;
   if ((st = ucp_worker_get_address(u.worker, &addr, &len)) != UCS_OK)
     die("ucp_worker_get_address", st);
-  uint64_t n = len;
-  put_all(fd, &n, sizeof n);
-  put_all(fd, addr, len);
+  std::vector<uint8_t> peer = ucx_bench::swap_blob(fd, addr, len);
   ucp_worker_release_address(u.worker, addr);
-  get_all(fd, &n, sizeof n);
-  std::vector<char> peer(n);
-  get_all(fd, peer.data(), n);
   ucp_ep_params_t ep{};
   ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
   ep.address = reinterpret_cast<const ucp_address_t*>(peer.data());
@@ -168,6 +130,7 @@ double stream(Ucx& u, int rank, size_t size, int window, int count, char* sbuf,
 }  // namespace
 
 int main(int argc, char** argv) {
+  ucx_bench::g_prog = "ucx_rotate";
   size_t size = 1 << 20;
   int window = 32, nbufs = 32, count = 0, reps = 5;
   bool pin = false, alias = false;

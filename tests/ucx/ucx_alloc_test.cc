@@ -23,11 +23,7 @@ using transport::test_util::Sink;
 
 class UcxAlloc : public UcxPairTest {
  protected:
-  void SetUp() override {
-    UcxLaneTest::SetUp();
-    if (IsSkipped()) return;
-    make_pair("ucx-alloc");
-  }
+  void SetUp() override { set_up_pair("ucx-alloc"); }
   bool shm() const { return GetParam().name == "shm"; }
 };
 
@@ -65,8 +61,7 @@ TEST_P(UcxAlloc, PutsIntoAllocatedMemory) {
         ASSERT_EQ(out[off + i], pattern(i, seed)) << len << " bytes, byte " << i;
       EXPECT_TRUE(s[1].arrived.empty());
     }
-    ASSERT_TRUE(pump({{t[0].get(), &s[0]}, {t[1].get(), &s[1]}},
-                     [&] { return !s[0].done.empty() && !s[1].arrived.empty(); }))
+    ASSERT_TRUE(both([&] { return !s[0].done.empty() && !s[1].arrived.empty(); }))
         << len << " bytes";
     ASSERT_EQ(s[0].done.size(), 1u);
     EXPECT_EQ(s[0].done[0], std::make_pair(cookie, true));
@@ -101,7 +96,7 @@ TEST_P(UcxAlloc, AWindowOfPuts) {
     }
     ASSERT_EQ(st, PostStatus::Ok);
   }
-  ASSERT_TRUE(pump({{t[0].get(), &s[0]}, {t[1].get(), &s[1]}}, [&] {
+  ASSERT_TRUE(both([&] {
     return s[0].done.size() == kWindow && s[1].arrived.size() == kWindow;
   }));
   std::vector<int> seen(kWindow, 0);
@@ -133,8 +128,7 @@ TEST_P(UcxAlloc, ManyTargetsInTurn) {
     auto dst = t[1]->allocate_memory(1 << 20, Device::cpu());
     ASSERT_EQ(ep01->put(*src, 0, dst->remote_key(), (1 << 20) - 4096, 4096, i, i),
               PostStatus::Ok);
-    ASSERT_TRUE(pump({{t[0].get(), &s[0]}, {t[1].get(), &s[1]}},
-                     [&] { return s[0].done.size() == 1 && s[1].arrived.size() == 1; }))
+    ASSERT_TRUE(both([&] { return s[0].done.size() == 1 && s[1].arrived.size() == 1; }))
         << "region " << i;
     auto* out = static_cast<uint8_t*>(dst->addr()) + (1 << 20) - 4096;
     ASSERT_EQ(out[0], static_cast<uint8_t>(i));
@@ -156,8 +150,7 @@ TEST_P(UcxAlloc, PutsIntoUserMemoryNeedTheTarget) {
   ASSERT_EQ(ep01->put(*src, 0, dst->remote_key(), 0, kLen, 9, 9), PostStatus::Ok);
   EXPECT_FALSE(pump({{t[0].get(), &s[0]}}, [&] { return !s[0].done.empty(); }, 200ms))
       << "a put into user memory completed without the target";
-  ASSERT_TRUE(pump({{t[0].get(), &s[0]}, {t[1].get(), &s[1]}},
-                   [&] { return !s[0].done.empty() && !s[1].arrived.empty(); }));
+  ASSERT_TRUE(both([&] { return !s[0].done.empty() && !s[1].arrived.empty(); }));
   EXPECT_EQ(user, std::vector<uint8_t>(kLen, 0x3c));
 }
 

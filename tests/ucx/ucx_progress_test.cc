@@ -20,18 +20,13 @@ using transport::test_util::set_env;
 
 class UcxProgress : public UcxPairTest {
  protected:
-  void SetUp() override {
-    UcxLaneTest::SetUp();
-    if (IsSkipped()) return;
-    make_pair("ucx-progress");
-  }
+  void SetUp() override { set_up_pair("ucx-progress"); }
   bool tcp() const { return GetParam().name == "tcp"; }
 };
 
 TEST_P(UcxProgress, SocketLanesSayEveryRoundIsASystemCall) {
   // Connected first, so that the transports close without refused-connection noise.
-  ASSERT_TRUE(pump({{t[0].get(), &s[0]}, {t[1].get(), &s[1]}},
-                   [&] { return ep01->ready() && ep10->ready(); }));
+  ASSERT_TRUE(both([&] { return ep01->ready() && ep10->ready(); }));
   EXPECT_EQ(t[0]->capabilities().progress_is_syscall, tcp()) << "UCX_TLS=" << GetParam().tls;
   EXPECT_EQ(t[1]->capabilities().progress_is_syscall, tcp());
 }
@@ -47,10 +42,10 @@ TEST_P(UcxProgress, TransferringOnlyWhileARendezvousMoves) {
   std::string m = "64 MiB under id 3";
   iovec v{m.data(), m.size()};
   ASSERT_EQ(ep01->send_tagged_with_message({&v, 1}, *src, 0, kLen, 3, 30), PostStatus::Ok);
-  ASSERT_TRUE(pump({{t[0].get(), &s[0]}, {t[1].get(), &s[1]}}, [&] { return !s[1].messages.empty(); }));
+  ASSERT_TRUE(both([&] { return !s[1].messages.empty(); }));
   t[1]->recv_tagged(0, 3, *dst, 0, kLen, 4);
   bool seen = false;  // transferring() true on a side while the data was not all there
-  ASSERT_TRUE(pump({{t[0].get(), &s[0]}, {t[1].get(), &s[1]}}, [&] {
+  ASSERT_TRUE(both([&] {
     bool done = !s[0].done.empty() && !s[1].arrived.empty();
     if (!done && (t[0]->transferring() || t[1]->transferring())) seen = true;
     return done;
@@ -78,7 +73,7 @@ TEST_P(UcxProgress, AStalledTransferIsNotTransferring) {
   std::string m = "8 MiB under id 9";
   iovec v{m.data(), m.size()};
   ASSERT_EQ(ep01->send_tagged_with_message({&v, 1}, *src, 0, kLen, 9, 90), PostStatus::Ok);
-  ASSERT_TRUE(pump({{t[0].get(), &s[0]}, {t[1].get(), &s[1]}}, [&] { return !s[1].messages.empty(); }));
+  ASSERT_TRUE(both([&] { return !s[1].messages.empty(); }));
   (void)t[0]->transferring();  // the look that sees the start
   // Nobody takes the data: the sender's transfer waits. Look again after 2 ms of progress
   // calls (a few tries: a late acknowledgement of the RTS may still count as movement once).
@@ -91,8 +86,7 @@ TEST_P(UcxProgress, AStalledTransferIsNotTransferring) {
   EXPECT_TRUE(stalled) << "a transfer waiting for its receive stayed transferring() for 40 ms";
   EXPECT_TRUE(s[0].done.empty()) << "the send completed without a receive";
   t[1]->recv_tagged(0, 9, *dst, 0, kLen, 1);
-  ASSERT_TRUE(pump({{t[0].get(), &s[0]}, {t[1].get(), &s[1]}},
-                   [&] { return !s[0].done.empty() && !s[1].arrived.empty(); }, 60s));
+  ASSERT_TRUE(both([&] { return !s[0].done.empty() && !s[1].arrived.empty(); }, 60s));
   EXPECT_EQ(std::memcmp(out.data(), in.data(), kLen), 0);
   EXPECT_FALSE(t[0]->transferring());
   EXPECT_FALSE(t[1]->transferring());

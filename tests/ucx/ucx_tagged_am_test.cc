@@ -26,18 +26,13 @@ using transport::test_util::Sink;
 class UcxTaggedAm : public UcxPairTest {
  protected:
   void SetUp() override {
-    UcxLaneTest::SetUp();
-    if (IsSkipped()) return;
-    make_pair("ucx-tagged-am");
+    set_up_pair("ucx-tagged-am");
     if (IsSkipped()) return;
     ASSERT_TRUE(t[0]->capabilities().tagged_data_with_message);
   }
   void TearDown() override {
     UcxPairTest::TearDown();
     set_env("TPCOMM_UCX_TAGGED", nullptr);
-  }
-  bool both(const std::function<bool()>& pred, std::chrono::milliseconds limit = 30s) {
-    return pump({{t[0].get(), &s[0]}, {t[1].get(), &s[1]}}, pred, limit);
   }
   /// Sends `len` bytes of `src` under `id` with a message naming them.
   PostStatus send(const MemoryRegion& src, size_t len, uint64_t id, uint64_t cookie) {

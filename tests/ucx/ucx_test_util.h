@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <functional>
 #include <string>
 
 #include "common/transport_test_util.h"
@@ -49,6 +50,17 @@ class UcxLaneTest : public ::testing::TestWithParam<Lane> {
 /// UCX cannot start.
 class UcxPairTest : public UcxLaneTest {
  protected:
+  /// The fixture's SetUp: skips without UCX, else make_pair(job).
+  void set_up_pair(const std::string& job) {
+    UcxLaneTest::SetUp();
+    if (IsSkipped()) return;
+    make_pair(job);
+  }
+  /// Progresses both transports until `pred` holds (false after `limit`).
+  bool both(const std::function<bool()>& pred,
+            std::chrono::milliseconds limit = std::chrono::seconds(30)) {
+    return transport::test_util::pump({{t[0].get(), &s[0]}, {t[1].get(), &s[1]}}, pred, limit);
+  }
   void make_pair(const std::string& job) {
     transport::test_util::set_env("TPCOMM_UCX_TLS", GetParam().tls.c_str());
     transport::test_util::set_env("TPCOMM_UCX_CLOSE_TIMEOUT", "100ms");

@@ -54,6 +54,8 @@ bool tls_may_be_native(const std::string& config_text, std::string* tls_out) {
 // True when UCX_TLS names socket transports only (tcp, its connection manager, self), so that
 // every ucp_worker_progress is a system call (Capabilities::progress_is_syscall). "all", a
 // "^..." list or any shared-memory or RDMA entry: false.
-bool tls_is_sockets_only(const std::string& tls) { return tls_only(tls, {"tcp", "sockcm", "self"}); }
+bool tls_is_sockets_only(const std::string& tls) {
+  return tls_only(tls, {"tcp", "sockcm", "self"});
+}
 
 }  // namespace tpcomm::ucx
