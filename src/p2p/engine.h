@@ -339,6 +339,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   /// mark_used_locked, read by waits without the lock.
   std::atomic<bool> syscall_polls_{false};
   std::atomic<bool> progress_sleeping_{false};  // the progress thread is in (or entering) epoll
+  /// How often the parked progress thread looks again while user threads wait.
   static constexpr std::chrono::milliseconds kLinger{1};
   std::mutex park_mu_;
   std::condition_variable park_cv_;

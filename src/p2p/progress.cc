@@ -1,6 +1,7 @@
 // Progress: the adaptive wait (spin, then yield, then block) and the background progress
 // thread that sleeps on the transports' file descriptors, so that small messages see
 // busy-poll latency while oversubscribed ranks still leave each other the CPU.
+#include <pthread.h>
 #include <sched.h>
 #include <sys/epoll.h>
 #include <unistd.h>
@@ -31,10 +32,11 @@ constexpr int kRoundsPerLock = 4;
 // before it destroys the transports such a waiter may be calling.
 constexpr int kHintLooks = 16;
 
-// A wait whose yield period ends while a transport is transferring() yields on, looking again
-// every kExtendLook, for at most kMaxExtend in all (then it sleeps as usual): long enough for
-// the oldest of a window of interleaved large transfers (32 x 1 MiB over tcp: ~5 ms), short of
-// letting trickling traffic keep a waiter polling indefinitely.
+// A wait past its spin looks every kExtendLook whether a transport is transferring(); while
+// one is, it polls on without yielding, for at most kMaxExtend in all (then it yields and
+// sleeps as usual): long enough for the oldest of a window of interleaved large transfers
+// (32 x 1 MiB over tcp: ~5 ms), short of letting trickling traffic keep a waiter polling
+// indefinitely.
 constexpr std::chrono::microseconds kExtendLook{500};
 constexpr std::chrono::milliseconds kMaxExtend{100};
 constexpr int kHintUnit = 1 << 16;
@@ -192,7 +194,9 @@ void Engine::wait_impl(Op& op, std::chrono::steady_clock::time_point until,
   // The clock is read only every 16th round, so a wait that ends within a few rounds (the
   // latency path) reads none; a relative timeout starts at the first reading.
   Clock::time_point start{}, spin_end{}, yield_end{};
-  Clock::time_point extend_end{};  // the yield period's renewals end here (kMaxExtend)
+  Clock::time_point extend_end{};  // polling on while transferring ends here (kMaxExtend)
+  Clock::time_point next_look{};   // the next look at transferring()
+  bool hot = false;                // a transport was transferring at the last look
   bool clocked = false;
   if (!op.done.load(std::memory_order_acquire)) {
     // The progress thread stays parked while a thread spins, and for about kLinger after
@@ -303,18 +307,21 @@ void Engine::wait_impl(Op& op, std::chrono::steady_clock::time_point until,
         auto now = Clock::now();
         if (!clocked) first_reading(now);
         if (now >= until) break;
-        if (now < spin_end) {
+        if (now >= spin_end && spin_us_ > 2 && yield_us_ > 0 && now >= next_look) {
+          // Past the spin: is a transport moving a transfer's bytes right now
+          // (Transport::transferring)? Looked at every kExtendLook, for kMaxExtend at most.
+          // While it is, the wait polls on without sched_yield: a yield hands the core to any
+          // other runnable process for its whole slice (under one compile job, 1 MiB over
+          // UCX's tcp fell to a third of tag_bw's), and sleeping hands the stream to the
+          // progress thread. Not with the oversubscribed short spin (ranks share cores: the
+          // peer needs ours), nor where TPCOMM_WAIT_YIELD_US=0 asks waits to sleep at once.
+          next_look = now + kExtendLook;
+          hot = (extend_end == Clock::time_point{} || now < extend_end) && transferring_now();
+          if (hot && extend_end == Clock::time_point{}) extend_end = now + kMaxExtend;
+        }
+        if (now < spin_end || hot) {
           if (!syscall_polls) cpu_relax();
         } else if (now < yield_end) {
-          sched_yield();
-        } else if (spin_us_ > 2 && yield_us_ > 0 &&
-                   (extend_end == Clock::time_point{} || now < extend_end) && transferring_now()) {
-          // A transport is moving a transfer's bytes right now: keep polling rather than
-          // hand the stream to the progress thread (Transport::transferring), looking again
-          // every kExtendLook, for kMaxExtend at most. Not with the oversubscribed short
-          // spin (ranks share cores: a sleeping waiter leaves its core to the peer).
-          if (extend_end == Clock::time_point{}) extend_end = now + kMaxExtend;
-          yield_end = now + kExtendLook;
           sched_yield();
         } else {
           // Block: the progress thread drives the transports and wakes us on completion.
@@ -404,11 +411,16 @@ void Engine::wake_progress_thread() {
 }
 
 void Engine::progress_thread_main() {
+  pthread_setname_np(pthread_self(), "tpcomm-progress");  // for top -H, perf, gdb
   epoll_event evs[16];
   uint64_t parked_epoch = 0;
   while (!stop_.load()) {
     // Linger while a user thread spins, or spun since the last look (its epoch moved) and
     // none sleeps: it progresses the transports itself and will likely wait again soon.
+    // Each look is a timer wake-up on the spinner's core (~17 us of this thread's time in a
+    // VM). Stretching the period while waits go on (1 ms doubling to 8 ms) was measured twice
+    // (sessions 8 and 18): within the noise on a calm machine, and 5-50% slower under other
+    // processes' load, where these frequent wake-ups win the core back for the rank.
     uint64_t epoch = spin_epoch_.load(std::memory_order_relaxed);
     if (spinners_.load() > 0 || (sleepers_.load() == 0 && epoch != parked_epoch)) {
       parked_epoch = epoch;
