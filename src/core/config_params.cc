@@ -112,8 +112,9 @@ constexpr Param kParams[] = {
    "cgroup cpuset and CPU quota).", "p2p"},
   {"TPCOMM_WAIT_YIELD_US", T::Int, "2000", "0..10000000",
    "Adaptive wait: microseconds a waiting thread polls with sched_yield() after spinning, "
-   "before it sleeps until the progress thread wakes it; renewed while a transport is moving a "
-   "transfer's bytes (UCX over tcp). 0: sleep right after spinning.", "p2p"},
+   "before it sleeps until the progress thread wakes it. While a transport is moving a transfer's "
+   "bytes (UCX over tcp) the wait polls on without yielding, for 100 ms at most. 0: sleep right "
+   "after spinning.", "p2p"},
   {"TPCOMM_HEARTBEAT_INTERVAL", T::Duration, "1s", "",
    "Dead-peer detection: how often the engine sends a small heartbeat on each connected link "
    "(from the progress thread, never on the data path); 0 turns heartbeats off.", "p2p"},

@@ -275,7 +275,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   void progress_thread_main();
   void wake_progress_thread();
   /// True when a used transport is moving a transfer's bytes (Transport::transferring); takes
-  /// the engine lock only if it is free (false otherwise). For a wait past its yield period.
+  /// the engine lock only if it is free (false otherwise). For a wait past its spin.
   bool transferring_now();
   std::string waiting_for(const Op& op);
   /// wait(): until `until`, or `timeout` from the first clock reading when it is >= 0.

@@ -2,7 +2,7 @@
 // lanes only (UCX_TLS tcp) every progress round is a system call (Capabilities::
 // progress_is_syscall, so a spinning wait neither pauses between rounds nor delays counting
 // itself), and transferring() is true while a rendezvous' bytes move chunk after chunk (a wait
-// past its yield period then keeps polling instead of handing the stream to the progress
+// past its spin then keeps polling instead of yielding or handing the stream to the progress
 // thread), false when nothing is in flight and once the transfer is done.
 #include <cstring>
 #include <thread>
