@@ -30,9 +30,11 @@
 # shm, mmap over tcp, whose context has no sysv domain; UCX's THP method declines a size it
 # would have to double); from 4 MiB up tag_bw's buffers over tcp are THP-advised (UCX_ALLOC_PRIO
 # tries thp before mmap), so the script gives p2p_bench --thp there too (THP_MATCH=0: never).
-# Statistics: p2p_bench reports the median of 5 samples, so each round runs ucx_perftest
-# PT_REPS times (default 5) and takes their median too (one perftest run against a median of
-# five favoured perftest's best-of across rounds). tpcomm waits spin
+# Statistics: each round runs ucx_perftest PT_REPS times (default 5) and p2p_bench TP_REPS
+# times (default PT_REPS; each run reports the median of its 5 samples), and takes each side's
+# median: the same treatment for both (one tpcomm process pair against a median of five
+# perftest pairs left tpcomm's per-round figure with the processes' spread, which perftest's
+# median had filtered: session 18). tpcomm waits spin
 # 100 us, then poll with sched_yield (TPCOMM_WAIT_SPIN_US; measured no different at 1 MiB with
 # pure spinning); ucx_perftest busy-polls. One difference cannot be removed: tag_bw posts all
 # its receives into ONE buffer, while tpcomm refuses overlapping pending receives, so it
@@ -68,6 +70,10 @@ TLSES=${TLSES:-"tcp shm"}
 VARIANTS=${VARIANTS:-"-"}
 PUT=${PUT:-1}
 PT_REPS=${PT_REPS:-5}
+# TP_REPS: tpcomm's runs per round (default PT_REPS), their median taken, as ucx_perftest's are:
+# a run's figure depends on its processes (their connections, where their pages landed) as much
+# as on the minute, so each side's per-round figure is the median over as many process pairs.
+TP_REPS=${TP_REPS:-$PT_REPS}
 THP_MATCH=${THP_MATCH:-1}
 PIN=${PIN:-0}
 SRC=${SRC:-real}
@@ -172,10 +178,13 @@ run_tpcomm() {
     [ "$THP_MATCH" = 1 ] && [ "$tls" = tcp ] && [ "$s" -gt 1048576 ] && extra+=(--thp)
     [ "$PIN" = 1 ] && extra+=(--pin)
     [ "$SRC" = zero ] && [ "$tls" = tcp ] && extra+=(--untouched-src)
-    prio env "${env[@]}" TPCOMM_UCX_TLS=$tls timeout 300 "$BUILD/bin/p2p_bench" \
-      --transport ucx --min "$s" --max "$s" --stream "$w" "${extra[@]}" --csv 2>/dev/null |
-      awk -F, -v t="$tls" -v w="$w" -v v="${v//,/+}" -v r="$round" \
-        'NR>1{print t","w","$2","$4","v","r}' >>"$OUT/tpcomm.csv"
+    local reps=() k
+    for k in $(seq "$TP_REPS"); do
+      reps+=("$(prio env "${env[@]}" TPCOMM_UCX_TLS=$tls timeout 300 "$BUILD/bin/p2p_bench" \
+        --transport ucx --min "$s" --max "$s" --stream "$w" "${extra[@]}" --csv 2>/dev/null |
+        awk -F, 'NR>1{print $4}')")
+    done
+    echo "$tls,$w,$s,$(median "${reps[@]}"),${v//,/+},$round" >>"$OUT/tpcomm.csv"
   done
 }
 
@@ -198,9 +207,12 @@ run_refs() {
 run_put_tpcomm() {
   local round=$1 tls=$2 s=$3 pp=()
   [ "$PIN" = 1 ] && pp=(--pin)
-  prio env TPCOMM_UCX_TLS=$tls timeout 300 "$BUILD/bin/put_bench" --transport ucx \
-    --min "$s" --max "$s" --window 32 "${pp[@]}" --csv 2>/dev/null |
-    awk -F, -v t="$tls" -v r="$round" 'NR>1{print t",32,"$2","$5",-,"r}' >>"$OUT/tput.csv"
+  local reps=() k
+  for k in $(seq "$TP_REPS"); do
+    reps+=("$(prio env TPCOMM_UCX_TLS=$tls timeout 300 "$BUILD/bin/put_bench" --transport ucx \
+      --min "$s" --max "$s" --window 32 "${pp[@]}" --csv 2>/dev/null | awk -F, 'NR>1{print $5}')")
+  done
+  echo "$tls,32,$s,$(median "${reps[@]}"),-,$round" >>"$OUT/tput.csv"
 }
 run_put_ref() {
   local round=$1 tls=$2 s=$3 n reps=()
@@ -210,7 +222,7 @@ run_put_ref() {
   echo "$tls,32,$s,$(median "${reps[@]}"),-,$round" >>"$OUT/put.csv"
 }
 
-median() { printf '%s\n' "$@" | grep -v n/a | sort -g |
+median() { printf '%s\n' "$@" | grep -E '^[0-9.]+$' | sort -g |
   awk '{v[NR]=$1} END{if (!NR) print "n/a"; else print v[int((NR+1)/2)]}'; }
 
 # Interleaved by size: each size's tpcomm runs and its references follow one another, in an
