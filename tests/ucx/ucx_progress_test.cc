@@ -5,7 +5,10 @@
 // past its spin then keeps polling instead of yielding or handing the stream to the progress
 // thread), false when nothing is in flight and once the transfer is done.
 #include <cstring>
+#include <memory>
+#include <string>
 #include <thread>
+#include <utility>
 
 #include "common/transport_test_util.h"
 #include "ucx/ucx_test_util.h"
@@ -22,6 +25,21 @@ class UcxProgress : public UcxPairTest {
  protected:
   void SetUp() override { set_up_pair("ucx-progress"); }
   bool tcp() const { return GetParam().name == "tcp"; }
+  // Registers `in` at rank 0 and `out` at rank 1, sends `in` tagged `id` (completion
+  // `cookie`) with a short message, and waits until rank 1 has that message; returns the
+  // regions, which must outlive the transfer.
+  std::pair<std::unique_ptr<transport::MemoryRegion>, std::unique_ptr<transport::MemoryRegion>>
+  send_tagged(std::vector<uint8_t>& in, std::vector<uint8_t>& out, uint64_t id,
+              uint64_t cookie) {
+    auto src = t[0]->register_memory(in.data(), in.size(), Device::cpu());
+    auto dst = t[1]->register_memory(out.data(), out.size(), Device::cpu());
+    std::string m = std::to_string(in.size()) + " bytes under id " + std::to_string(id);
+    iovec v{m.data(), m.size()};
+    EXPECT_EQ(ep01->send_tagged_with_message({&v, 1}, *src, 0, in.size(), id, cookie),
+              PostStatus::Ok);
+    EXPECT_TRUE(both([&] { return !s[1].messages.empty(); }));
+    return {std::move(src), std::move(dst)};
+  }
 };
 
 TEST_P(UcxProgress, SocketLanesSayEveryRoundIsASystemCall) {
@@ -37,12 +55,8 @@ TEST_P(UcxProgress, TransferringOnlyWhileARendezvousMoves) {
   constexpr size_t kLen = 64u << 20;  // many tcp chunks
   std::vector<uint8_t> in(kLen), out(kLen, 0);
   for (size_t i = 0; i < kLen; i += 4096) in[i] = static_cast<uint8_t>(i >> 12);
-  auto src = t[0]->register_memory(in.data(), kLen, Device::cpu());
-  auto dst = t[1]->register_memory(out.data(), kLen, Device::cpu());
-  std::string m = "64 MiB under id 3";
-  iovec v{m.data(), m.size()};
-  ASSERT_EQ(ep01->send_tagged_with_message({&v, 1}, *src, 0, kLen, 3, 30), PostStatus::Ok);
-  ASSERT_TRUE(both([&] { return !s[1].messages.empty(); }));
+  auto [src, dst] = send_tagged(in, out, 3, 30);
+  ASSERT_FALSE(HasFailure());
   t[1]->recv_tagged(0, 3, *dst, 0, kLen, 4);
   bool seen = false;  // transferring() true on a side while the data was not all there
   ASSERT_TRUE(both([&] {
@@ -68,12 +82,8 @@ TEST_P(UcxProgress, TransferringOnlyWhileARendezvousMoves) {
 TEST_P(UcxProgress, AStalledTransferIsNotTransferring) {
   constexpr size_t kLen = 8u << 20;
   std::vector<uint8_t> in(kLen, 0x5a), out(kLen, 0);
-  auto src = t[0]->register_memory(in.data(), kLen, Device::cpu());
-  auto dst = t[1]->register_memory(out.data(), kLen, Device::cpu());
-  std::string m = "8 MiB under id 9";
-  iovec v{m.data(), m.size()};
-  ASSERT_EQ(ep01->send_tagged_with_message({&v, 1}, *src, 0, kLen, 9, 90), PostStatus::Ok);
-  ASSERT_TRUE(both([&] { return !s[1].messages.empty(); }));
+  auto [src, dst] = send_tagged(in, out, 9, 90);
+  ASSERT_FALSE(HasFailure());
   (void)t[0]->transferring();  // the look that sees the start
   // Nobody takes the data: the sender's transfer waits. Look again after 2 ms of progress
   // calls (a few tries: a late acknowledgement of the RTS may still count as movement once).
