@@ -35,8 +35,8 @@
 # median: the same treatment for both (one tpcomm process pair against a median of five
 # perftest pairs left tpcomm's per-round figure with the processes' spread, which perftest's
 # median had filtered: session 18). tpcomm waits spin
-# 100 us, then poll with sched_yield (TPCOMM_WAIT_SPIN_US; measured no different at 1 MiB with
-# pure spinning); ucx_perftest busy-polls. One difference cannot be removed: tag_bw posts all
+# 100 us, then poll on without yielding while UCX moves a transfer's bytes, and with
+# sched_yield otherwise (TPCOMM_WAIT_SPIN_US, Transport::transferring); ucx_perftest busy-polls. One difference cannot be removed: tag_bw posts all
 # its receives into ONE buffer, while tpcomm refuses overlapping pending receives, so it
 # receives into W buffers (W x size of destination memory, which copies more slowly once it
 # leaves the caches). W=1 is the exact match (one send and one receive buffer on both sides).
@@ -178,13 +178,10 @@ run_tpcomm() {
     [ "$THP_MATCH" = 1 ] && [ "$tls" = tcp ] && [ "$s" -gt 1048576 ] && extra+=(--thp)
     [ "$PIN" = 1 ] && extra+=(--pin)
     [ "$SRC" = zero ] && [ "$tls" = tcp ] && extra+=(--untouched-src)
-    local reps=() k
-    for k in $(seq "$TP_REPS"); do
-      reps+=("$(prio env "${env[@]}" TPCOMM_UCX_TLS=$tls timeout 300 "$BUILD/bin/p2p_bench" \
-        --transport ucx --min "$s" --max "$s" --stream "$w" "${extra[@]}" --csv 2>/dev/null |
-        awk -F, 'NR>1{print $4}')")
-    done
-    echo "$tls,$w,$s,$(median "${reps[@]}"),${v//,/+},$round" >>"$OUT/tpcomm.csv"
+    local bw
+    bw=$(tp_median 4 prio env "${env[@]}" TPCOMM_UCX_TLS=$tls timeout 300 "$BUILD/bin/p2p_bench" \
+      --transport ucx --min "$s" --max "$s" --stream "$w" "${extra[@]}" --csv)
+    echo "$tls,$w,$s,$bw,${v//,/+},$round" >>"$OUT/tpcomm.csv"
   done
 }
 
@@ -207,12 +204,10 @@ run_refs() {
 run_put_tpcomm() {
   local round=$1 tls=$2 s=$3 pp=()
   [ "$PIN" = 1 ] && pp=(--pin)
-  local reps=() k
-  for k in $(seq "$TP_REPS"); do
-    reps+=("$(prio env TPCOMM_UCX_TLS=$tls timeout 300 "$BUILD/bin/put_bench" --transport ucx \
-      --min "$s" --max "$s" --window 32 "${pp[@]}" --csv 2>/dev/null | awk -F, 'NR>1{print $5}')")
-  done
-  echo "$tls,32,$s,$(median "${reps[@]}"),-,$round" >>"$OUT/tput.csv"
+  local bw
+  bw=$(tp_median 5 prio env TPCOMM_UCX_TLS=$tls timeout 300 "$BUILD/bin/put_bench" --transport ucx \
+    --min "$s" --max "$s" --window 32 "${pp[@]}" --csv)
+  echo "$tls,32,$s,$bw,-,$round" >>"$OUT/tput.csv"
 }
 run_put_ref() {
   local round=$1 tls=$2 s=$3 n reps=()
@@ -224,6 +219,16 @@ run_put_ref() {
 
 median() { printf '%s\n' "$@" | grep -E '^[0-9.]+$' | sort -g |
   awk '{v[NR]=$1} END{if (!NR) print "n/a"; else print v[int((NR+1)/2)]}'; }
+# tp_median COLUMN COMMAND...: tpcomm's figure for a round, the median of TP_REPS runs of a
+# benchmark COMMAND (--csv output, one data row; COLUMN is its GB/s field).
+tp_median() {
+  local col=$1 reps=() k
+  shift
+  for k in $(seq "$TP_REPS"); do
+    reps+=("$("$@" 2>/dev/null | awk -F, -v c="$col" 'NR>1{print $c}')")
+  done
+  median "${reps[@]}"
+}
 
 # Interleaved by size: each size's tpcomm runs and its references follow one another, in an
 # order that alternates by round (tpcomm first in odd rounds), so that a drift of the machine
