@@ -339,8 +339,17 @@ class Engine : public std::enable_shared_from_this<Engine> {
   /// mark_used_locked, read by waits without the lock.
   std::atomic<bool> syscall_polls_{false};
   std::atomic<bool> progress_sleeping_{false};  // the progress thread is in (or entering) epoll
-  /// How often the parked progress thread looks again while user threads wait.
+  /// How often the parked progress thread looks again while user threads wait, when their
+  /// core is contended (or nothing says otherwise): each look is a timer wake-up on the
+  /// spinner's core, and under other processes' load these frequent wake-ups win the core
+  /// back for the rank (bench/RESULTS.md, sessions 8, 18, 19).
   static constexpr std::chrono::milliseconds kLinger{1};
+  /// The same on a calm core, where each of those wake-ups only interrupts the spinner.
+  static constexpr std::chrono::milliseconds kLingerCalm{8};
+  /// A waiting thread got less than 90% of its core over the last look at its CPU time
+  /// (note_core_share): the progress thread parks for kLinger, otherwise for kLingerCalm.
+  std::atomic<bool> core_contended_{true};
+  void note_core_share(std::chrono::steady_clock::time_point now);
   std::mutex park_mu_;
   std::condition_variable park_cv_;
   int epoll_fd_ = -1;

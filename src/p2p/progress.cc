@@ -3,6 +3,7 @@
 // busy-poll latency while oversubscribed ranks still leave each other the CPU.
 #include <pthread.h>
 #include <sched.h>
+#include <time.h>
 #include <sys/epoll.h>
 #include <unistd.h>
 
@@ -10,6 +11,7 @@
 #include <sstream>
 
 #include "core/log.h"
+#include "p2p/core_share.h"
 #include "p2p/engine.h"
 #include "p2p/engine_internal.h"
 #include "tpcomm/error.hpp"
@@ -39,6 +41,8 @@ constexpr int kHintLooks = 16;
 // indefinitely.
 constexpr std::chrono::microseconds kExtendLook{500};
 constexpr std::chrono::milliseconds kMaxExtend{100};
+// How often a waiting thread compares its CPU time with the wall clock (note_core_share).
+constexpr std::chrono::milliseconds kShareLook{4};
 constexpr int kHintUnit = 1 << 16;
 constexpr int kMaxHints = 4;
 
@@ -178,6 +182,22 @@ void Engine::wait(Op& op, Deadline deadline) {
   wait_impl(op, deadline.when(), std::chrono::milliseconds(-1));
 }
 
+void Engine::note_core_share(std::chrono::steady_clock::time_point now) {
+  // Per thread, at clock readings only (nothing on the latency path), one system call per
+  // kShareLook of waiting (CLOCK_THREAD_CPUTIME_ID has no vDSO path). A thread that ran all
+  // along (spinning, or computing between waits) but got less than 90% of the wall clock
+  // shared its core with someone runnable. One that blocked in between reads the same, which
+  // keeps the progress thread's frequent looks: the behaviour for a contended core.
+  thread_local CoreShareMeter meter(std::chrono::nanoseconds(kShareLook).count());
+  int64_t wall = std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count();
+  if (!meter.due(wall)) return;
+  timespec ts{};
+  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return;
+  auto contended =
+      meter.close_window(wall, static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec);
+  if (contended) core_contended_.store(*contended, std::memory_order_relaxed);
+}
+
 void Engine::wait(Op& op, std::chrono::milliseconds timeout) {
   // A send that went out eagerly is done before anyone waits: no clock is read at all.
   if (op.done.load(std::memory_order_acquire)) {
@@ -307,6 +327,7 @@ void Engine::wait_impl(Op& op, std::chrono::steady_clock::time_point until,
         auto now = Clock::now();
         if (!clocked) first_reading(now);
         if (now >= until) break;
+        note_core_share(now);
         if (now >= spin_end && spin_us_ > 2 && yield_us_ > 0 && now >= next_look) {
           // Past the spin: is a transport moving a transfer's bytes right now
           // (Transport::transferring)? Looked at every kExtendLook, for kMaxExtend at most.
@@ -418,14 +439,17 @@ void Engine::progress_thread_main() {
     // Linger while a user thread spins, or spun since the last look (its epoch moved) and
     // none sleeps: it progresses the transports itself and will likely wait again soon.
     // Each look is a timer wake-up on the spinner's core (~17 us of this thread's time in a
-    // VM). Stretching the period while waits go on (1 ms doubling to 8 ms) was measured twice
-    // (sessions 8 and 18): within the noise on a calm machine, and 5-50% slower under other
-    // processes' load, where these frequent wake-ups win the core back for the rank.
+    // VM, and a context switch of the spinner's). A fixed longer period was measured three
+    // times (sessions 8, 18, 19): up to 7% faster on a calm machine, 5-50% slower under other
+    // processes' load, where these frequent wake-ups win the core back for the rank. So the
+    // period follows the waiters' own reading of their core (note_core_share): kLinger while
+    // they lose CPU time to someone, kLingerCalm while they get all of it.
     uint64_t epoch = spin_epoch_.load(std::memory_order_relaxed);
     if (spinners_.load() > 0 || (sleepers_.load() == 0 && epoch != parked_epoch)) {
       parked_epoch = epoch;
       std::unique_lock<std::mutex> pl(park_mu_);
-      park_cv_.wait_for(pl, kLinger, [&] {
+      auto linger = core_contended_.load(std::memory_order_relaxed) ? kLinger : kLingerCalm;
+      park_cv_.wait_for(pl, linger, [&] {
         return stop_.load() || (spinners_.load() == 0 && sleepers_.load() > 0);
       });
       continue;
