@@ -3,8 +3,8 @@
 // busy-poll latency while oversubscribed ranks still leave each other the CPU.
 #include <pthread.h>
 #include <sched.h>
-#include <time.h>
 #include <sys/epoll.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -189,7 +189,8 @@ void Engine::note_core_share(std::chrono::steady_clock::time_point now) {
   // shared its core with someone runnable. One that blocked in between reads the same, which
   // keeps the progress thread's frequent looks: the behaviour for a contended core.
   thread_local CoreShareMeter meter(std::chrono::nanoseconds(kShareLook).count());
-  int64_t wall = std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count();
+  int64_t wall =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count();
   if (!meter.due(wall)) return;
   timespec ts{};
   if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return;
