@@ -20,7 +20,8 @@
 //   rawsplit (--split K) raw with every message in K parts over K endpoints (own connections)
 //   trans    (--trans) tpcomm's ucx transport driven directly (send_tagged_with_message,
 //            recv_tagged, a minimal sink and a tight progress loop): tpcomm minus its engine
-// --no-tpcomm leaves the ProcessGroup out altogether (raw contenders only).
+// --no-tpcomm leaves the ProcessGroup out altogether (raw contenders only). --poll: the tpcomm
+// contender polls Work::is_completed() in a loop instead of calling wait().
 // Receive buffers: W distinct buffers, or with --alias W views of one memory file (distinct
 // addresses over the same physical pages: one buffer's cache footprint, p2p_bench --alias-recv).
 //
@@ -78,6 +79,7 @@ struct Args {
   int split = 0;  // --split K: also raw with each message in K parts over K endpoints
   bool raw_am = false;  // --raw-am: also raw rendezvous active messages (tpcomm's form)
   bool trans = false;   // --trans: also tpcomm's ucx transport without the engine
+  bool poll = false;    // --poll: tpcomm polls Work::is_completed() instead of wait()
   std::string timeline;
 };
 
@@ -358,6 +360,9 @@ struct Rank {
       auto t0 = Clock::now();
       for (int i = 0; i < count; ++i) {
         auto& slot = w[static_cast<size_t>(i % a.window)];
+        if (slot && a.poll)
+          while (!slot->is_completed()) {
+          }
         if (slot) slot->wait();
         Tensor t = Tensor::raw(rank == 0 ? sbuf.data() : recv_buf(k, i),
                                static_cast<int64_t>(n), DType::UInt8);
@@ -581,11 +586,12 @@ int main(int argc, char** argv) {
     else if (s == "--trans") a.trans = true;
     else if (s == "--split") a.split = std::max(1, std::atoi(next()));
     else if (s == "--timeline") a.timeline = next();
+    else if (s == "--poll") a.poll = true;
     else {
       std::fprintf(stderr,
                    "usage: %s [--size N] [--window W] [--rounds R] [--count C] [--alias] "
                    "[--raw-one] [--raw-cfg [--cfg NAME=VALUE]...] [--split K] [--raw-am] "
-                   "[--trans] [--no-tpcomm] [--pin] [--timeline FILE]\n",
+                   "[--trans] [--no-tpcomm] [--poll] [--pin] [--timeline FILE]\n",
                    argv[0]);
       return 2;
     }
