@@ -137,12 +137,15 @@ Slot* Engine::make_slot_locked(const std::string& name) {
     published.push_back(1);
     std::vector<uint8_t> addr = slot->tr->address();
     published.insert(published.end(), addr.begin(), addr.end());
+    // The fd joins the progress thread's epoll set only while that thread sleeps (see
+    // progress_thread_main); tried once here, so that one epoll cannot watch is known now.
     int fd = slot->tr->wait_fd();
-    if (fd >= 0) {
-      epoll_event ev{};
-      ev.events = EPOLLIN;
-      ev.data.fd = fd;
-      if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) any_without_fd_ = true;
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = fd;
+    if (fd >= 0 && epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) == 0) {
+      epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+      sleep_fds_.push_back(fd);
     } else {
       any_without_fd_ = true;
     }

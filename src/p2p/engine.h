@@ -354,6 +354,11 @@ class Engine : public std::enable_shared_from_this<Engine> {
   std::condition_variable park_cv_;
   int epoll_fd_ = -1;
   int wake_fd_ = -1;
+  // The transports' wait_fd()s. They are in epoll_fd_ only while the progress thread sleeps
+  // on it: a watched fd that is itself an epoll set (UCX's worker, the tcp transport's) passes
+  // every arrival on its sockets up to epoll_fd_'s callback, on the core that delivers the
+  // packet (over loopback, the sender's), even while nobody sleeps here (bench/RESULTS.md).
+  std::vector<int> sleep_fds_;
   bool any_without_fd_ = false;
   int64_t spin_us_ = 0, yield_us_ = 0;
   uint64_t progress_calls_ = 0;

@@ -479,7 +479,16 @@ void Engine::progress_thread_main() {
     }
     if (want_links) make_wanted_links();
     if (!sleep) continue;
+    // The transports' fds join the set for this sleep only. An fd added while ready is
+    // reported at once (epoll checks it on insertion), so nothing armed above is missed.
+    for (int fd : sleep_fds_) {
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.fd = fd;
+      if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) timeout_ms = 1;
+    }
     int n = epoll_wait(epoll_fd_, evs, 16, timeout_ms);
+    for (int fd : sleep_fds_) epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
     progress_sleeping_.store(false, std::memory_order_relaxed);
     for (int i = 0; i < n; ++i) {
       if (evs[i].data.fd == wake_fd_) {
