@@ -67,8 +67,8 @@ TEST(Poll, IsCompletedLoopKeepsTheProgressThreadParked) {
         ASSERT_TRUE(w->is_success());
         ASSERT_EQ(v, i);
       }
-      double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
-                      .count();
+      double ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       long switches = switches_of("tpcomm-progress") - before;
       // Parked, it wakes once per linger period (1 ms while the core is contended, more
       // otherwise): 260-390 times over this loop's ~290 ms here. A poll loop that let it
