@@ -72,10 +72,7 @@ std::shared_ptr<Engine> Engine::create(const Options& options) {
   if (e->epoll_fd_ < 0 || e->wake_fd_ < 0)
     throw TransportError(std::string("p2p engine: cannot create epoll/eventfd: ") +
                          std::strerror(errno));
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  ev.data.fd = e->wake_fd_;
-  epoll_ctl(e->epoll_fd_, EPOLL_CTL_ADD, e->wake_fd_, &ev);
+  epoll_watch(e->epoll_fd_, e->wake_fd_);
   e->prepare_backend(options.backend);
   std::vector<std::string> usable;
   for (auto& s : e->slots_)
@@ -140,10 +137,7 @@ Slot* Engine::make_slot_locked(const std::string& name) {
     // The fd joins the progress thread's epoll set only while that thread sleeps (see
     // progress_thread_main); tried once here, so that one epoll cannot watch is known now.
     int fd = slot->tr->wait_fd();
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.fd = fd;
-    if (fd >= 0 && epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) == 0) {
+    if (fd >= 0 && epoll_watch(epoll_fd_, fd)) {
       epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
       sleep_fds_.push_back(fd);
     } else {

@@ -334,7 +334,12 @@ class Engine : public std::enable_shared_from_this<Engine> {
   std::atomic<bool> stop_{false};
   std::atomic<int> spinners_{0};
   std::atomic<int> sleepers_{0};                // user threads blocked on done_cv_
-  std::atomic<uint64_t> spin_epoch_{0};         // bumped whenever a wait stops spinning
+  std::atomic<uint64_t> spin_epoch_{0};  // bumped whenever a wait stops spinning, and by test()
+  /// A plain load and store: the progress thread only looks for a change, so an increment
+  /// lost between two bumping threads costs nothing.
+  void bump_spin_epoch() {
+    spin_epoch_.store(spin_epoch_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  }
   /// Every used transport polls by a system call (Capabilities::progress_is_syscall); kept by
   /// mark_used_locked, read by waits without the lock.
   std::atomic<bool> syscall_polls_{false};

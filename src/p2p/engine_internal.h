@@ -2,6 +2,8 @@
 // protocol's message handling).
 #pragma once
 
+#include <sys/epoll.h>
+
 #include <span>
 #include <string>
 #include <vector>
@@ -9,6 +11,15 @@
 #include "p2p/engine.h"
 
 namespace tpcomm::p2p {
+
+/// Adds `fd` to the epoll set `epfd` for EPOLLIN, keyed by the fd itself; false if epoll
+/// cannot watch it.
+inline bool epoll_watch(int epfd, int fd) {
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = fd;
+  return epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) == 0;
+}
 
 /// A message that arrived before its receive was posted (or out of order).
 struct Incoming {

@@ -175,7 +175,7 @@ bool Engine::test(Op& op) {
   // spinning wait does: the epoch keeps the progress thread parked (kLinger) rather than
   // asleep on the transports' fds, where each arrival would wake it to contend for the lock
   // and the core (polling is_completed over ucx/tcp at W=32: 72-77% of wait's bandwidth).
-  spin_epoch_.store(spin_epoch_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  bump_spin_epoch();
   if (mu_.try_lock()) {
     progress_locked();
     mu_.unlock();
@@ -244,7 +244,7 @@ void Engine::wait_impl(Op& op, std::chrono::steady_clock::time_point until,
     auto stop_spinning = [&](bool handover) {
       if (!spinning) return;
       spinning = false;
-      spin_epoch_.store(spin_epoch_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+      bump_spin_epoch();
       int mine = (counted ? 1 : 0) + (hinting ? kHintUnit : 0);
       hinting = false;
       if (mine != 0 && spinners_.fetch_sub(mine) == mine && handover) {
@@ -481,12 +481,8 @@ void Engine::progress_thread_main() {
     if (!sleep) continue;
     // The transports' fds join the set for this sleep only. An fd added while ready is
     // reported at once (epoll checks it on insertion), so nothing armed above is missed.
-    for (int fd : sleep_fds_) {
-      epoll_event ev{};
-      ev.events = EPOLLIN;
-      ev.data.fd = fd;
-      if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) timeout_ms = 1;
-    }
+    for (int fd : sleep_fds_)
+      if (!epoll_watch(epoll_fd_, fd)) timeout_ms = 1;
     int n = epoll_wait(epoll_fd_, evs, 16, timeout_ms);
     for (int fd : sleep_fds_) epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
     progress_sleeping_.store(false, std::memory_order_relaxed);

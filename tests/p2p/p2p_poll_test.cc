@@ -62,8 +62,10 @@ TEST(Poll, IsCompletedLoopKeepsTheProgressThreadParked) {
       for (int32_t i = 0; i < kMessages; ++i) {
         int32_t v = -1;
         auto w = pg->irecv(Tensor::of(&v, 1), peer);
-        while (!w->is_completed()) {
-        }
+        auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+        while (!w->is_completed())
+          ASSERT_LT(std::chrono::steady_clock::now(), give_up)
+              << "message " << i << " from rank 1 did not arrive within 30 s of polling";
         ASSERT_TRUE(w->is_success());
         ASSERT_EQ(v, i);
       }
