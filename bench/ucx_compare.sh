@@ -3,9 +3,10 @@
 # ucx transport beside ucx_perftest tag_bw (and ucp_put_bw) over the same UCX_TLS, 1 MiB ..
 # 64 MiB, for UCX's tcp and its shared memory. Prints a markdown table (bench/RESULTS.md).
 # A third column (ROTATE, below) is raw UCX receiving into as many buffers as tpcomm does.
-# Each size's runs follow one another (tpcomm, then the references; the other way round in
-# even rounds), and the [paired] ratio is the median over rounds of each round's own ratio, so
-# that the machine's drift (the VM's tcp phases, the minute's memory bandwidth) cancels.
+# Each size's runs alternate one by one (a tpcomm run, then the references' runs, then the
+# other way round, REPS times), and the [paired] ratio is the median over all repetitions of
+# each one's own ratio, so that the machine's drift (the VM's tcp phases, which last seconds,
+# the minute's memory bandwidth) falls on both sides of a pair alike.
 # PUT=1 adds a second table: one-sided puts, bin/put_bench (Endpoint::put with notification into
 # the peer's Transport::allocate_memory region) against ucp_put_bw (into ucp_mem_map ALLOCATE
 # memory), window 32, interleaved the same way.
@@ -13,7 +14,8 @@
 #   bench/ucx_compare.sh [BUILD_DIR]            # default: build
 #   ROUNDS=3 bench/ucx_compare.sh build-ucx     # 3 interleaved rounds: best and median
 #   TLSES=tcp WINDOWS=1 PUT=0 VARIANTS="- UCX_MAX_RNDV_RAILS=1" bench/ucx_compare.sh build-ucx
-#   PT_REPS=1 ...                               # one ucx_perftest run per round (the old way)
+#   REPS=1 ...                                  # one run of each side per cell and round
+#   KEEP=/tmp/runs ...                          # keep every run's figure (CSV) there
 #
 # VARIANTS: tpcomm runs, each with its own environment (comma-separated VAR=VALUE list, "-" for
 # none), interleaved in every round; one table row per variant. They set UCX variables for
@@ -30,13 +32,13 @@
 # shm, mmap over tcp, whose context has no sysv domain; UCX's THP method declines a size it
 # would have to double); from 4 MiB up tag_bw's buffers over tcp are THP-advised (UCX_ALLOC_PRIO
 # tries thp before mmap), so the script gives p2p_bench --thp there too (THP_MATCH=0: never).
-# Statistics: each round runs ucx_perftest PT_REPS times (default 5) and p2p_bench TP_REPS
-# times (default PT_REPS; each run reports the median of its 5 samples), and takes each side's
+# Statistics: each round runs ucx_perftest and p2p_bench REPS times each (default 5; each
+# p2p_bench run reports the median of its 5 samples), alternating, and takes each side's
 # median: the same treatment for both (one tpcomm process pair against a median of five
 # perftest pairs left tpcomm's per-round figure with the processes' spread, which perftest's
-# median had filtered: session 18). tpcomm waits spin
-# 100 us, then poll on without yielding while UCX moves a transfer's bytes, and with
-# sched_yield otherwise (TPCOMM_WAIT_SPIN_US, Transport::transferring); ucx_perftest busy-polls. One difference cannot be removed: tag_bw posts all
+# median had filtered: session 18). tpcomm waits spin 100 us, then poll on without yielding
+# while UCX moves a transfer's bytes, and with sched_yield otherwise (TPCOMM_WAIT_SPIN_US,
+# Transport::transferring); ucx_perftest busy-polls. One difference cannot be removed: tag_bw posts all
 # its receives into ONE buffer, while tpcomm refuses overlapping pending receives, so it
 # receives into W buffers (W x size of destination memory, which copies more slowly once it
 # leaves the caches). W=1 is the exact match (one send and one receive buffer on both sides).
@@ -69,11 +71,11 @@ PRIO=${PRIO:-1}
 TLSES=${TLSES:-"tcp shm"}
 VARIANTS=${VARIANTS:-"-"}
 PUT=${PUT:-1}
-PT_REPS=${PT_REPS:-5}
-# TP_REPS: tpcomm's runs per round (default PT_REPS), their median taken, as ucx_perftest's are:
-# a run's figure depends on its processes (their connections, where their pages landed) as much
-# as on the minute, so each side's per-round figure is the median over as many process pairs.
-TP_REPS=${TP_REPS:-$PT_REPS}
+# REPS: repetitions per cell and round (PT_REPS, its old name, still works), each one process
+# pair of every contender; a run's figure depends on its processes (their connections, where
+# their pages landed) as much as on the minute, so each side's per-round figure is the median
+# over REPS process pairs.
+REPS=${REPS:-${PT_REPS:-5}}
 THP_MATCH=${THP_MATCH:-1}
 PIN=${PIN:-0}
 SRC=${SRC:-real}
@@ -82,7 +84,8 @@ SIZES=${SIZES:-"1048576 4194304 16777216 67108864"}
 # headers): raw UCP tag streaming like tag_bw, but with the receiver cycling over W buffers, as
 # p2p_bench must (two receives posted on one buffer are an error in tpcomm). The difference
 # between it and tag_bw is the receive memory's footprint alone; tpcomm against it is the
-# like-for-like ratio.
+# like-for-like ratio. Beside the alias rows (below) it runs with --alias, receiving into W
+# views of one memory file as p2p_bench --alias-recv does.
 ROTATE=${ROTATE:-1}
 # ALIAS=1 (default): at a window above 1, one more tpcomm row, "alias": p2p_bench --alias-recv,
 # whose W receive buffers are W views of one memory file (distinct addresses, as tpcomm requires,
@@ -94,8 +97,10 @@ variants_for() {
   echo $VARIANTS
   [ "$ALIAS" = 1 ] && [ "$1" -gt 1 ] && echo alias
 }
+# KEEP=DIR: copy every run's row (DIR/*.runs: tls,window,size,GB/s,variant,round.rep) there.
+KEEP=${KEEP:-}
 OUT=$(mktemp -d)
-trap 'rm -rf "$OUT"' EXIT
+trap '[ -n "$KEEP" ] && mkdir -p "$KEEP" && cp "$OUT"/*.runs "$KEEP"/ 2>/dev/null; rm -rf "$OUT"' EXIT
 command -v ucx_perftest >/dev/null || { echo "ucx_perftest not found (apt install ucx-utils)"; exit 1; }
 PT_ENV=()
 if [ "$SRC" = real ]; then
@@ -164,96 +169,109 @@ if [ "$ROTATE" = 1 ] && ! g++ -O2 -std=c++20 -o "$OUT/ucx_rotate" "$(dirname "$0
   ROTATE=0
 fi
 
-# One size's tpcomm rows (every variant) at window $3 over UCX_TLS $2, round $1.
-run_tpcomm() {
-  local round=$1 tls=$2 w=$3 s=$4 v env flags extra
-  for v in $(variants_for "$w"); do
-    env=(); flags=()
-    if [ "$v" = alias ]; then flags=(--alias-recv); elif [ "$v" != - ]; then
-      IFS=, read -r -a env <<<"$v"
-    fi
-    # The page kind tag_bw's buffers get (uct_mem.c: THP when rounding up to 2 MiB does
-    # not double the size, and only where no sysv domain comes first, i.e. over tcp).
-    extra=("${flags[@]}")
-    [ "$THP_MATCH" = 1 ] && [ "$tls" = tcp ] && [ "$s" -gt 1048576 ] && extra+=(--thp)
-    [ "$PIN" = 1 ] && extra+=(--pin)
-    [ "$SRC" = zero ] && [ "$tls" = tcp ] && extra+=(--untouched-src)
-    local bw
-    bw=$(tp_median 4 prio env "${env[@]}" TPCOMM_UCX_TLS=$tls timeout 300 "$BUILD/bin/p2p_bench" \
-      --transport ucx --min "$s" --max "$s" --stream "$w" "${extra[@]}" --csv)
-    echo "$tls,$w,$s,$bw,${v//,/+},$round" >>"$OUT/tpcomm.csv"
-  done
-}
-
-# One size's references at window $3: tag_bw (median of PT_REPS runs) and ucx_rotate.
-run_refs() {
-  local round=$1 tls=$2 w=$3 s=$4 n reps=() rp=() r
-  n=$((s >= 67108864 ? 64 : s >= 16777216 ? 200 : 1000))
-  for _ in $(seq "$PT_REPS"); do reps+=("$(perftest "$tls" tag_bw "$s" "$n" "$w")"); done
-  echo "$tls,$w,$s,$(median "${reps[@]}"),-,$round" >>"$OUT/tag.csv"
-  if [ "$ROTATE" = 1 ]; then
-    [ "$PIN" = 1 ] && rp=(--pin)
-    r=$(UCX_TLS=$tls prio timeout 300 "$OUT/ucx_rotate" --size "$s" --window "$w" \
-        --buffers "$w" --count "$n" "${rp[@]}" 2>/dev/null | sed -n 's/.*median \([0-9.]*\) GB.*/\1/p')
-    echo "$tls,$w,$s,${r:-n/a},-,$round" >>"$OUT/rot.csv"
+# One tpcomm run over UCX_TLS $1 at window $2, size $3, variant $4 -> GB/s.
+tpcomm_run() {
+  local tls=$1 w=$2 s=$3 v=$4 env=() flags=() extra
+  if [ "$v" = alias ]; then flags=(--alias-recv); elif [ "$v" != - ]; then
+    IFS=, read -r -a env <<<"$v"
   fi
+  # The page kind tag_bw's buffers get (uct_mem.c: THP when rounding up to 2 MiB does
+  # not double the size, and only where no sysv domain comes first, i.e. over tcp).
+  extra=("${flags[@]}")
+  [ "$THP_MATCH" = 1 ] && [ "$tls" = tcp ] && [ "$s" -gt 1048576 ] && extra+=(--thp)
+  [ "$PIN" = 1 ] && extra+=(--pin)
+  [ "$SRC" = zero ] && [ "$tls" = tcp ] && extra+=(--untouched-src)
+  csv_col 4 prio env "${env[@]}" TPCOMM_UCX_TLS=$tls timeout 300 "$BUILD/bin/p2p_bench" \
+    --transport ucx --min "$s" --max "$s" --stream "$w" "${extra[@]}" --csv
 }
-
-# One size's one-sided puts (PUT=1): tpcomm's put_bench into the peer's allocate_memory region,
-# and ucp_put_bw (median of PT_REPS runs; over tcp, where UCX emulates put, few iterations).
-run_put_tpcomm() {
-  local round=$1 tls=$2 s=$3 pp=()
+# One ucx_rotate run (one process pair, one repetition) -> GB/s; variant "alias": its W
+# receive buffers are W views of one memory file, as p2p_bench --alias-recv's are.
+rotate_run() {
+  local tls=$1 w=$2 s=$3 n=$4 v=$5 rp=() r
+  [ "$PIN" = 1 ] && rp=(--pin)
+  [ "$v" = alias ] && rp+=(--alias)
+  r=$(UCX_TLS=$tls prio timeout 300 "$OUT/ucx_rotate" --size "$s" --window "$w" \
+      --buffers "$w" --count "$n" --reps 1 "${rp[@]}" 2>/dev/null | sed -n 's/.*median \([0-9.]*\) GB.*/\1/p')
+  echo "${r:-n/a}"
+}
+# One put_bench run (window 32) -> GB/s.
+put_tpcomm_run() {
+  local tls=$1 s=$2 pp=()
   [ "$PIN" = 1 ] && pp=(--pin)
-  local bw
-  bw=$(tp_median 5 prio env TPCOMM_UCX_TLS=$tls timeout 300 "$BUILD/bin/put_bench" --transport ucx \
-    --min "$s" --max "$s" --window 32 "${pp[@]}" --csv)
-  echo "$tls,32,$s,$bw,-,$round" >>"$OUT/tput.csv"
+  csv_col 5 prio env TPCOMM_UCX_TLS=$tls timeout 300 "$BUILD/bin/put_bench" --transport ucx \
+    --min "$s" --max "$s" --window 32 "${pp[@]}" --csv
 }
-run_put_ref() {
-  local round=$1 tls=$2 s=$3 n reps=()
-  if [ "$tls" = tcp ]; then n=$((s >= 16777216 ? 4 : 40)); else
-    n=$((s >= 67108864 ? 64 : s >= 16777216 ? 200 : 1000)); fi
-  for _ in $(seq "$PT_REPS"); do reps+=("$(perftest "$tls" ucp_put_bw "$s" "$n" 32)"); done
-  echo "$tls,32,$s,$(median "${reps[@]}"),-,$round" >>"$OUT/put.csv"
-}
-
-median() { printf '%s\n' "$@" | grep -E '^[0-9.]+$' | sort -g |
-  awk '{v[NR]=$1} END{if (!NR) print "n/a"; else print v[int((NR+1)/2)]}'; }
-# tp_median COLUMN COMMAND...: tpcomm's figure for a round, the median of TP_REPS runs of a
-# benchmark COMMAND (--csv output, one data row; COLUMN is its GB/s field).
-tp_median() {
-  local col=$1 reps=() k
+# csv_col COLUMN COMMAND...: the GB/s field of a benchmark's one --csv data row.
+csv_col() {
+  local col=$1 v
   shift
-  for k in $(seq "$TP_REPS"); do
-    reps+=("$("$@" 2>/dev/null | awk -F, -v c="$col" 'NR>1{print $c}')")
-  done
-  median "${reps[@]}"
+  v=$("$@" 2>/dev/null | awk -F, -v c="$col" 'NR>1{print $c}')
+  echo "${v:-n/a}"
 }
 
-# Interleaved by size: each size's tpcomm runs and its references follow one another, in an
-# order that alternates by round (tpcomm first in odd rounds), so that a drift of the machine
-# between them (the VM's tcp phases, the memory bandwidth of the minute) falls on both sides
-# alike; the "paired" columns are the median over rounds of each round's own ratio.
-for round in $(seq "$ROUNDS"); do
-  for tls in $TLSES; do  # UCX_TLS "shm" = posix, sysv, cma (and knem/xpmem if present)
-    for w in $WINDOWS; do
-      for s in $SIZES; do
-        if [ $((round % 2)) = 1 ]; then
-          run_tpcomm "$round" "$tls" "$w" "$s"; run_refs "$round" "$tls" "$w" "$s"
-        else
-          run_refs "$round" "$tls" "$w" "$s"; run_tpcomm "$round" "$tls" "$w" "$s"
-        fi
-      done
-    done
-    [ "$PUT" = 1 ] || continue
-    for s in $SIZES; do
-      if [ $((round % 2)) = 1 ]; then
-        run_put_tpcomm "$round" "$tls" "$s"; run_put_ref "$round" "$tls" "$s"
+# record FILE tls w s value variant round rep: one run's row in FILE.runs.
+record() { echo "$2,$3,$4,$5,${6//,/+},$7.$8" >>"$OUT/$1.runs"; }
+
+# One size's cell at window $3 over UCX_TLS $2, round $1: REPS repetitions, each one run of
+# every tpcomm variant, one of tag_bw and one of ucx_rotate, back to back in an order that
+# alternates by repetition (tpcomm first in odd ones), so that each repetition's runs share
+# the machine's minute and their ratio is a pair.
+run_cell() {
+  local round=$1 tls=$2 w=$3 s=$4 n k v
+  n=$((s >= 67108864 ? 64 : s >= 16777216 ? 200 : 1000))
+  for k in $(seq "$REPS"); do
+    local steps=(tp ref)
+    [ $(((round + k) % 2)) = 1 ] || steps=(ref tp)
+    for step in "${steps[@]}"; do
+      if [ "$step" = tp ]; then
+        for v in $(variants_for "$w"); do
+          record tpcomm "$tls" "$w" "$s" "$(tpcomm_run "$tls" "$w" "$s" "$v")" "$v" "$round" "$k"
+        done
       else
-        run_put_ref "$round" "$tls" "$s"; run_put_tpcomm "$round" "$tls" "$s"
+        record tag "$tls" "$w" "$s" "$(perftest "$tls" tag_bw "$s" "$n" "$w")" - "$round" "$k"
+        if [ "$ROTATE" = 1 ]; then
+          record rot "$tls" "$w" "$s" "$(rotate_run "$tls" "$w" "$s" "$n" -)" - "$round" "$k"
+          [ "$ALIAS" = 1 ] && [ "$w" -gt 1 ] && record rot "$tls" "$w" "$s" \
+            "$(rotate_run "$tls" "$w" "$s" "$n" alias)" alias "$round" "$k"
+        fi
       fi
     done
   done
+}
+# One size's one-sided puts (PUT=1): tpcomm's put_bench into the peer's allocate_memory region
+# against ucp_put_bw (over tcp, where UCX emulates put, few iterations), interleaved the same way.
+run_put_cell() {
+  local round=$1 tls=$2 s=$3 n k
+  if [ "$tls" = tcp ]; then n=$((s >= 16777216 ? 4 : 40)); else
+    n=$((s >= 67108864 ? 64 : s >= 16777216 ? 200 : 1000)); fi
+  for k in $(seq "$REPS"); do
+    if [ $(((round + k) % 2)) = 1 ]; then
+      record tput "$tls" 32 "$s" "$(put_tpcomm_run "$tls" "$s")" - "$round" "$k"
+      record put "$tls" 32 "$s" "$(perftest "$tls" ucp_put_bw "$s" "$n" 32)" - "$round" "$k"
+    else
+      record put "$tls" 32 "$s" "$(perftest "$tls" ucp_put_bw "$s" "$n" 32)" - "$round" "$k"
+      record tput "$tls" 32 "$s" "$(put_tpcomm_run "$tls" "$s")" - "$round" "$k"
+    fi
+  done
+}
+
+for round in $(seq "$ROUNDS"); do
+  for tls in $TLSES; do  # UCX_TLS "shm" = posix, sysv, cma (and knem/xpmem if present)
+    for w in $WINDOWS; do
+      for s in $SIZES; do run_cell "$round" "$tls" "$w" "$s"; done
+    done
+    [ "$PUT" = 1 ] || continue
+    for s in $SIZES; do run_put_cell "$round" "$tls" "$s"; done
+  done
+done
+# Each round's figure per side: the median of its REPS runs (FILE.csv, round in field 6).
+for f in tpcomm tag rot tput put; do
+  [ -f "$OUT/$f.runs" ] || continue
+  awk -F, '$4 ~ /^[0-9.]+$/ {split($6, r, "."); k=$1","$2","$3","$5","r[1]; n[k]++; v[k, n[k]]=$4}
+    END {for (k in n) {m=n[k]; for (i=1;i<=m;i++) x[i]=v[k,i]
+      for (i=2;i<=m;i++) for (j=i;j>1 && x[j-1]>x[j];j--) {y=x[j]; x[j]=x[j-1]; x[j-1]=y}
+      split(k, f, ","); printf "%s,%s,%s,%s,%s,%s\n", f[1], f[2], f[3], x[int((m+1)/2)], f[4], f[5]}}' \
+    "$OUT/$f.runs" >"$OUT/$f.csv"
 done
 
 stat() { # file tls window size best|median [variant] -> GB/s over rounds
@@ -264,12 +282,15 @@ stat() { # file tls window size best|median [variant] -> GB/s over rounds
       if (m=="best") printf "%.2f", v[NR]; else printf "%.2f", (NR%2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2)}'
 }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN{if (b+0>0 && a+0>0) printf "%.0f%%", 100*a/b; else print "n/a"}'; }
-# paired A B tls window size [variant] -> median over rounds of (A's GB/s / B's) in that round
+# paired A.runs B.runs tls window size [variant [B's variant]] -> the median over every
+# repetition of every round of (A's GB/s / B's) in that repetition (field 6: round.rep)
 paired() {
-  local v=${6:-}
-  awk -F, -v t="$3" -v w="$4" -v s="$5" -v v="${v//,/+}" '
+  [ -f "$1" ] && [ -f "$2" ] || { echo n/a; return; }
+  local v=${6:-} bv=${7:--}
+  awk -F, -v t="$3" -v w="$4" -v s="$5" -v v="${v//,/+}" -v bv="$bv" '
     $1==t && $2==w && $3==s && $4!="n/a" && $4+0>0 {
-      if (FILENAME==ARGV[1] && (v=="" || $5==v)) a[$6]=$4; else if (FILENAME==ARGV[2]) b[$6]=$4 }
+      if (FILENAME==ARGV[1] && (v=="" || $5==v)) a[$6]=$4
+      else if (FILENAME==ARGV[2] && $5==bv) b[$6]=$4 }
     END { n=0; for (r in a) if (r in b) x[++n]=a[r]/b[r]
       if (!n) { print "n/a"; exit }
       for (i=2;i<=n;i++) for (j=i;j>1 && x[j-1]>x[j];j--) { y=x[j]; x[j]=x[j-1]; x[j-1]=y }
@@ -278,7 +299,7 @@ paired() {
 echo "load: $(uptime)"
 echo "senders read: SRC=$SRC"
 echo
-echo "| UCX_TLS | window | size | tpcomm env | tpcomm ucx GB/s best (median) | tag_bw GB/s best (median) | tpcomm / tag_bw best (median) [paired] | raw UCX, W receive buffers, GB/s best (median) | tpcomm / it best (median) |"
+echo "| UCX_TLS | window | size | tpcomm env | tpcomm ucx GB/s best (median) | tag_bw GB/s best (median) | tpcomm / tag_bw best (median) [paired] | raw UCX into tpcomm's receive memory, GB/s best (median) | tpcomm / it best (median) [paired] |"
 echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 for tls in $TLSES; do
   for w in $WINDOWS; do
@@ -287,11 +308,14 @@ for tls in $TLSES; do
         ab=$(stat "$OUT/tpcomm.csv" "$tls" "$w" "$s" best "$v")
         am=$(stat "$OUT/tpcomm.csv" "$tls" "$w" "$s" median "$v")
         bb=$(stat "$OUT/tag.csv" "$tls" "$w" "$s" best); bm=$(stat "$OUT/tag.csv" "$tls" "$w" "$s" median)
-        pr=$(paired "$OUT/tpcomm.csv" "$OUT/tag.csv" "$tls" "$w" "$s" "$v")
+        pr=$(paired "$OUT/tpcomm.runs" "$OUT/tag.runs" "$tls" "$w" "$s" "$v")
+        # Raw UCX with tpcomm's receive memory: W buffers, or W views of one for "alias".
+        rv=-; [ "$v" = alias ] && rv=alias
         rb=n/a; rm=n/a
-        [ -f "$OUT/rot.csv" ] && rb=$(stat "$OUT/rot.csv" "$tls" "$w" "$s" best) &&
-          rm=$(stat "$OUT/rot.csv" "$tls" "$w" "$s" median)
-        echo "| $tls | $w | $((s / 1048576)) MiB | $v | $ab ($am) | $bb ($bm) | $(ratio "$ab" "$bb") ($(ratio "$am" "$bm")) [$pr] | $rb ($rm) | $(ratio "$ab" "$rb") ($(ratio "$am" "$rm")) |"
+        [ -f "$OUT/rot.csv" ] && rb=$(stat "$OUT/rot.csv" "$tls" "$w" "$s" best "$rv") &&
+          rm=$(stat "$OUT/rot.csv" "$tls" "$w" "$s" median "$rv")
+        rp=$(paired "$OUT/tpcomm.runs" "$OUT/rot.runs" "$tls" "$w" "$s" "$v" "$rv")
+        echo "| $tls | $w | $((s / 1048576)) MiB | $v | $ab ($am) | $bb ($bm) | $(ratio "$ab" "$bb") ($(ratio "$am" "$bm")) [$pr] | $rb ($rm) | $(ratio "$ab" "$rb") ($(ratio "$am" "$rm")) [$rp] |"
       done
     done
   done
@@ -307,7 +331,7 @@ for tls in $TLSES; do
   for s in $SIZES; do
     ab=$(stat "$OUT/tput.csv" "$tls" 32 "$s" best); am=$(stat "$OUT/tput.csv" "$tls" 32 "$s" median)
     bb=$(stat "$OUT/put.csv" "$tls" 32 "$s" best); bm=$(stat "$OUT/put.csv" "$tls" 32 "$s" median)
-    pr=$(paired "$OUT/tput.csv" "$OUT/put.csv" "$tls" 32 "$s")
+    pr=$(paired "$OUT/tput.runs" "$OUT/put.runs" "$tls" 32 "$s")
     echo "| $tls | $((s / 1048576)) MiB | $ab ($am) | $bb ($bm) | $(ratio "$ab" "$bb") ($(ratio "$am" "$bm")) [$pr] |"
   done
 done
