@@ -102,6 +102,14 @@ KEEP=${KEEP:-}
 OUT=$(mktemp -d)
 trap '[ -n "$KEEP" ] && mkdir -p "$KEEP" && cp "$OUT"/*.runs "$KEEP"/ 2>/dev/null; rm -rf "$OUT"' EXIT
 command -v ucx_perftest >/dev/null || { echo "ucx_perftest not found (apt install ucx-utils)"; exit 1; }
+# A hugetlb pool changes the comparison: UCX's allocator takes its pages first ("huge" in
+# UCX_ALLOC_PRIO), so tag_bw's buffers land on them while tpcomm's do not (session 22: shm tag_bw
+# at 4 MiB moved 32-38 GB/s, from the caches, against 10-12 for tpcomm and raw UCX).
+huge=$(awk '/^HugePages_Total/ {print $2}' /proc/meminfo 2>/dev/null)
+if [ -n "$huge" ] && [ "$huge" != 0 ]; then
+  echo "note: a hugetlb pool is reserved (/proc/sys/vm/nr_hugepages); ucx_perftest's buffers take"
+  echo "      its pages and tpcomm's do not, so the ratios compare unlike memory"
+fi
 PT_ENV=()
 if [ "$SRC" = real ]; then
   cat >"$OUT/touch.c" <<'EOC'
