@@ -5,6 +5,8 @@
 // send_cb under load: P2P/Semantics.TenThousandOutstandingSmallIsends/ucx).
 #include <signal.h>
 
+#include <vector>
+
 #include "ucx/ucx_test_util.h"
 
 namespace tpcomm::testing {
@@ -35,10 +37,29 @@ bool wait_stopped(pid_t pid) {
   return false;
 }
 
-// Both ranks: rank 1 answers one message, then stops itself (it never returns); rank 0
-// returns rank 1's pid once rank 1 is stopped, both directions wired up.
+// Both ranks: rank 1 trades messages with rank 0, then stops itself (it never returns); rank 0
+// returns rank 1's pid once rank 1 is stopped, both directions wired up. The trade runs small
+// and rendezvous messages both ways for some rounds, so that UCX's wireup of every lane
+// (a wireup request, its reply and ack, over each interface) ends before rank 1 stops: a
+// wireup request still queued on a tcp endpoint when the worker is destroyed trips an assert
+// in Debian's UCX 1.13 (ucp_request_send_state_ff, "got REQ message"; removed upstream in
+// openucx/ucx#8175), which a loaded CI machine hit once in ten runs with a single message.
 pid_t stop_rank1(ProcessGroup& pg, RankContext& c) {
   int32_t x = 7;
+  std::vector<uint8_t> big(1 << 20, 0x11);
+  for (int round = 0; round < 20; ++round) {
+    if (c.rank == 0) {
+      pg.send(Tensor::of(&x, 1), 1);
+      pg.recv(Tensor::of(&x, 1), 1);
+      pg.send(Tensor::of(big), 1);
+      pg.recv(Tensor::of(big), 1);
+    } else {
+      pg.recv(Tensor::of(&x, 1), 0);
+      pg.send(Tensor::of(&x, 1), 0);
+      pg.recv(Tensor::of(big), 0);
+      pg.send(Tensor::of(big), 0);
+    }
+  }
   if (c.rank == 1) {
     pg.recv(Tensor::of(&x, 1), 0);
     c.store->set("pid", std::to_string(getpid()));
