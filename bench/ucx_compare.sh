@@ -253,13 +253,15 @@ run_put_cell() {
   if [ "$tls" = tcp ]; then n=$((s >= 16777216 ? 4 : 40)); else
     n=$((s >= 67108864 ? 64 : s >= 16777216 ? 200 : 1000)); fi
   for k in $(seq "$REPS"); do
-    if [ $(((round + k) % 2)) = 1 ]; then
-      record tput "$tls" 32 "$s" "$(put_tpcomm_run "$tls" "$s")" - "$round" "$k"
-      record put "$tls" 32 "$s" "$(perftest "$tls" ucp_put_bw "$s" "$n" 32)" - "$round" "$k"
-    else
-      record put "$tls" 32 "$s" "$(perftest "$tls" ucp_put_bw "$s" "$n" 32)" - "$round" "$k"
-      record tput "$tls" 32 "$s" "$(put_tpcomm_run "$tls" "$s")" - "$round" "$k"
-    fi
+    local steps=(tp ref)
+    [ $(((round + k) % 2)) = 1 ] || steps=(ref tp)
+    for step in "${steps[@]}"; do
+      if [ "$step" = tp ]; then
+        record tput "$tls" 32 "$s" "$(put_tpcomm_run "$tls" "$s")" - "$round" "$k"
+      else
+        record put "$tls" 32 "$s" "$(perftest "$tls" ucp_put_bw "$s" "$n" 32)" - "$round" "$k"
+      fi
+    done
   done
 }
 
