@@ -73,6 +73,11 @@ constexpr Param kParams[] = {
    "Set by tprun: the launcher hosts the TCPStore at MASTER_ADDR:MASTER_PORT, so every rank, "
    "rank 0 included, connects as a client.", "launch"},
 
+  // ---- CUDA ----
+  {"TPCOMM_CUDA_LIB", T::String, "libcuda.so.1", "",
+   "The CUDA driver library, opened at run time on the first CUDA tensor (tpcomm links neither "
+   "libcuda nor libcudart); tests name tpcomm's fake driver here.", "cuda"},
+
   // ---- topology and per-link selection ----
   {"TPCOMM_IB_HCA", T::String, "", "",
    "RDMA devices to use, NCCL_IB_HCA syntax: comma-separated name prefixes (mlx5 matches "

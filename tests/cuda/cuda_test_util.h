@@ -1,0 +1,63 @@
+// Shared by the CUDA tests: they run against tpcomm's fake driver (tests/cuda_device/) unless
+// TPCOMM_CUDA_LIB names another library (tools/gpu_check.sh runs them on a GPU with
+// libcuda.so.1). Checks that only the fake can make (a host read of device memory crashes, an
+// injected stream delay, an out-of-bounds launch failing at once) are skipped on a real driver.
+#pragma once
+
+#include <cuda.h>
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "core/config.h"
+#include "cuda/cuda.h"
+#include "cuda/driver.h"
+
+namespace tpcomm::testing {
+
+/// Points TPCOMM_CUDA_LIB at the fake driver unless it is set (before anything loads one).
+inline bool select_cuda_driver() {
+  static const bool done = [] {
+    if (std::getenv("TPCOMM_CUDA_LIB") == nullptr)
+      setenv("TPCOMM_CUDA_LIB", TPCOMM_TEST_FAKE_CUDA, 1);
+    config::reload();
+    return true;
+  }();
+  return done;
+}
+
+/// The process's driver, initialised.
+inline const cuda::Driver& drv() {
+  select_cuda_driver();
+  return cuda::driver();
+}
+
+/// A control entry of the fake driver (nullptr on a real one).
+template <class F>
+F fake_fn(const char* name) {
+  void* h = dlopen(drv().library.c_str(), RTLD_NOW | RTLD_NOLOAD);
+  return h ? reinterpret_cast<F>(dlsym(h, name)) : nullptr;
+}
+
+/// Sets the fake's per-operation stream delay (no-op on a real driver).
+inline void fake_delay_us(int us) {
+  if (auto f = fake_fn<void (*)(int)>("tpcomm_fake_cuda_set_delay_us")) f(us);
+}
+
+}  // namespace tpcomm::testing
+
+/// Asserts that a driver call succeeded, naming the call and the error.
+#define CU_ASSERT(call)                                                                  \
+  do {                                                                                   \
+    const CUresult cu_r_ = (call);                                                       \
+    ASSERT_EQ(cu_r_, CUDA_SUCCESS)                                                       \
+        << #call << ": " << ::tpcomm::cuda::error_text(::tpcomm::testing::drv(), cu_r_); \
+  } while (0)
+
+/// Skips a check that only the fake driver can make.
+#define SKIP_UNLESS_FAKE()                                                            \
+  do {                                                                                \
+    if (!::tpcomm::testing::drv().fake) GTEST_SKIP() << "needs tpcomm's fake driver"; \
+  } while (0)
