@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "core/reduce.h"
+#include "cuda/cuda.h"
 #include "tpcomm/error.hpp"
 
 namespace tpcomm::coll::check {
@@ -29,10 +30,10 @@ void tensor_failed(const Tensor& t, const char* op, const char* what, int rank) 
     throw InvalidArgument(where(op, rank) + what + " has an unknown dtype value " +
                           std::to_string(static_cast<int>(t.dtype)));
   }
+  if (t.device.type == DeviceType::CUDA) cuda::refuse_device_tensor(t, where(op, rank) + what);
   if (t.device.type != DeviceType::CPU) {
-    throw NotSupportedError(where(op, rank) + what + " is in " + t.device.str() +
-                            " memory; the host collectives take CPU tensors (use the nccl "
-                            "backend for CUDA tensors)");
+    throw InvalidArgument(where(op, rank) + what + " has an unknown device type " +
+                          std::to_string(static_cast<int>(t.device.type)));
   }
   throw Error(where(op, rank) + what + ": tensor_failed called for a valid tensor");
 }

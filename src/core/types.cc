@@ -191,8 +191,11 @@ const char* version() { return TPCOMM_VERSION_STRING; }
 const char* build_options() {
   static const std::string opts = std::string(TPCOMM_HAVE_UCX ? "ucx" : "-ucx") +
                                   (TPCOMM_HAVE_IBVERBS ? " ibverbs" : " -ibverbs") +
-                                  (TPCOMM_HAVE_CUDA ? " cuda" : " -cuda") +
-                                  (TPCOMM_HAVE_NCCL ? " nccl" : " -nccl");
+                                  // The CUDA driver, memory kinds and GPU kernels; CUDA
+                                  // tensors are not moved yet (docs/gpu.md).
+                                  (TPCOMM_HAVE_CUDA ? " cuda-driver" : " -cuda") +
+                                  // No NCCL engine is built yet, whether nccl.h was found or not.
+                                  " -nccl";
   return opts.c_str();
 }
 

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "tpcomm/types.hpp"
 
@@ -29,7 +30,9 @@ struct DriverStatus {
   int version = 0;      ///< cuDriverGetVersion, e.g. 13000; 0 unknown
   int devices = 0;      ///< cuDeviceGetCount
   bool fake = false;    ///< the library is tpcomm's fake driver (tests/cuda_device)
-  std::string reason;   ///< why not usable: "built without CUDA (...)", "no driver (...)"
+  /// One line per device: "cuda0: NVIDIA H100 80GB HBM3 (sm_90)".
+  std::vector<std::string> device_lines;
+  std::string reason;  ///< why not usable: "built without CUDA (...)", "no driver (...)"
 };
 
 /// Loads the driver and calls cuInit once (thread-safe; the first call pays for both, later
@@ -78,5 +81,10 @@ uint64_t full_queries();
 /// 0x... is host memory"), NotSupportedError when CUDA is unusable here. `where` starts the
 /// message ("all_reduce (rank 0): input").
 void check_device_tensor(const Tensor& t, const std::string& where);
+
+/// A CUDA tensor handed to an operation that cannot move device memory yet: checks it
+/// (check_device_tensor's errors name a mislabelled pointer first), then throws
+/// NotSupportedError saying that no path moves device memory in this release.
+[[noreturn]] void refuse_device_tensor(const Tensor& t, const std::string& where);
 
 }  // namespace tpcomm::cuda

@@ -143,6 +143,15 @@ DriverStatus init_status() {
     st.reason = "the driver sees no CUDA device";
     return st;
   }
+  for (int i = 0; i < st.devices; ++i) {
+    char name[256] = "?";
+    int major = 0, minor = 0;
+    d->DeviceGetName(name, sizeof name, i);
+    d->DeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, i);
+    d->DeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, i);
+    st.device_lines.push_back("cuda" + std::to_string(i) + ": " + name + " (sm_" +
+                              std::to_string(major * 10 + minor) + ")");
+  }
   st.usable = true;
   g_ready.store(true, std::memory_order_release);
   return st;

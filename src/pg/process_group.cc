@@ -9,6 +9,7 @@
 #include "core/config.h"
 #include "core/deadline.h"
 #include "core/log.h"
+#include "cuda/cuda.h"
 #include "pg/coll_run.h"
 #include "pg/group_state.h"
 #include "pg/p2p_work.h"
@@ -253,9 +254,7 @@ void check_tensor(const char* what, const Tensor& t) {
   if (t.numel > 0 && !t.data)
     throw InvalidArgument(std::string(what) + ": tensor " + t.str() + " has no data pointer");
   if (t.device.type != DeviceType::CPU)
-    throw NotSupportedError(std::string(what) + ": " + t.str() +
-                            ": point-to-point on device memory needs a GPU-capable transport, "
-                            "not built here; copy to host memory");
+    cuda::refuse_device_tensor(t, std::string(what) + ": tensor");
 }
 
 // The three checks of a point-to-point call in one pass: the common case (all pass) reads a

@@ -115,6 +115,7 @@ int main(int argc, char** argv) {
     in.topology = in.stored ? tpcomm::topo::load_file(topo_file) : tpcomm::topo::load_configured();
     in.transports = tpcomm::topo::probe_transports();
     in.nic_options = tpcomm::topo::NicOptions::from_config();
+    in.cuda = tpcomm::cuda::driver_status();
     std::string out = json ? tpcomm::tpinfo::json_report(in) : tpcomm::tpinfo::text_report(in);
     std::fwrite(out.data(), 1, out.size(), stdout);
     return 0;

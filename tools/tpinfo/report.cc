@@ -27,6 +27,34 @@ std::string version_line() {
   return std::string("tpcomm ") + tpcomm::version() + " (build: " + tpcomm::build_options() + ")";
 }
 
+namespace {
+// What a CUDA tensor gets from this build, in words (docs/gpu.md).
+constexpr const char* kCudaTensors =
+    "checked (a pointer that is not device memory of the GPU its label names is refused), then "
+    "refused: no transport or collective moves device memory yet";
+}  // namespace
+
+std::string cuda_section(const cuda::DriverStatus& st) {
+  std::ostringstream os;
+  os << "CUDA\n";
+  if (!cuda::built()) {
+    os << "  build    no: " << cuda::build_reason() << "\n";
+    return os.str();
+  }
+  os << "  build    driver loaded at run time (no libcudart), GPU kernels for sm_80 sm_90 sm_100"
+        " + PTX\n";
+  if (!st.usable) {
+    os << "  driver   " << st.reason << "\n";
+    return os.str();
+  }
+  os << "  driver   " << st.library << ", CUDA " << st.version / 1000 << "."
+     << (st.version % 1000) / 10 << ", " << st.devices << " device(s)"
+     << (st.fake ? " [tpcomm's fake driver: a test double, not a GPU]" : "") << "\n";
+  for (const std::string& line : st.device_lines) os << "  " << line << "\n";
+  os << "  tensors  " << kCudaTensors << "\n";
+  return os.str();
+}
+
 std::string transports_section(const std::vector<topo::TransportProbe>& probes) {
   std::ostringstream os;
   os << "Transports (this machine)\n";
@@ -121,6 +149,7 @@ std::string variables_section() {
 std::string text_report(const Inputs& in) {
   std::ostringstream os;
   os << version_line() << "\n\n";
+  os << cuda_section(in.cuda) << "\n";
   os << transports_section(in.transports) << "\n";
   os << "Topology" << (in.stored ? " (stored machine; nothing is bound)" : "") << "\n";
   os << topo::format_tree(in.topology) << "\n";
@@ -136,6 +165,19 @@ std::string json_report(const Inputs& in) {
   json::Value v;
   v.set("version", tpcomm::version());
   v.set("build_options", tpcomm::build_options());
+  json::Value cu;
+  cu.set("built", cuda::built());
+  cu.set("build_reason", cuda::build_reason());
+  cu.set("usable", in.cuda.usable);
+  cu.set("library", in.cuda.library);
+  cu.set("version", in.cuda.version);
+  cu.set("fake", in.cuda.fake);
+  cu.set("reason", in.cuda.reason);
+  json::Array devs;
+  for (const std::string& line : in.cuda.device_lines) devs.emplace_back(line);
+  cu.set("devices", json::Value(std::move(devs)));
+  cu.set("tensors", kCudaTensors);
+  v.set("cuda", std::move(cu));
   json::Array tr;
   for (const topo::TransportProbe& p : in.transports) {
     json::Value o;

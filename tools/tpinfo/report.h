@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/cuda.h"
 #include "topology/probe.h"
 #include "topology/select.h"
 #include "topology/topology.h"
@@ -15,11 +16,16 @@ struct Inputs {
   topo::Topology topology;
   std::vector<topo::TransportProbe> transports;
   topo::NicOptions nic_options;
-  bool stored = false;  ///< the topology comes from a file given with --topo
+  bool stored = false;      ///< the topology comes from a file given with --topo
+  cuda::DriverStatus cuda;  ///< this process's CUDA driver (cuda::driver_status())
 };
 
-/// "tpcomm 0.1.0 (build: ucx ibverbs -cuda -nccl)".
+/// "tpcomm 0.1.0 (build: ucx ibverbs cuda-driver -nccl)".
 std::string version_line();
+
+/// The CUDA section: whether the build has CUDA support, the driver and its devices (or why
+/// there is none), and what CUDA tensors get.
+std::string cuda_section(const cuda::DriverStatus& st);
 
 /// The transports section: built, usable, detail.
 std::string transports_section(const std::vector<topo::TransportProbe>& probes);
