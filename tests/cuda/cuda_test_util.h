@@ -7,9 +7,15 @@
 #include <cuda.h>
 #include <dlfcn.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "core/config.h"
 #include "cuda/cuda.h"
@@ -44,6 +50,36 @@ F fake_fn(const char* name) {
 /// Sets the fake's per-operation stream delay (no-op on a real driver).
 inline void fake_delay_us(int us) {
   if (auto f = fake_fn<void (*)(int)>("tpcomm_fake_cuda_set_delay_us")) f(us);
+}
+
+/// Runs this program's test `filter` (a DISABLED_ one: the peer or fresh-process half of a
+/// test) in a new process, with `vars` ("NAME=value") added to the environment. A new process
+/// (exec, not fork) is what CUDA needs once the parent called cuInit. Returns its exit status
+/// (0: the test passed), -1 when it ran past two minutes (it is killed).
+inline int run_self(const std::string& filter, const std::vector<std::string>& vars) {
+  std::vector<std::string> args = {"/proc/self/exe", "--gtest_also_run_disabled_tests",
+                                   "--gtest_filter=" + filter};
+  std::vector<char*> argv, envp;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::vector<std::string> all(vars);
+  for (char** e = environ; *e; ++e) all.push_back(*e);  // earlier entries win
+  for (auto& e : all) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  pid_t pid = -1;
+  if (posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv.data(), envp.data()) != 0)
+    return -2;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  int status = 0;
+  while (waitpid(pid, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 }  // namespace tpcomm::testing
