@@ -244,6 +244,12 @@ TEST_F(CudaContract, CaptureIsReported) {
   CU_ASSERT(d().GraphDestroy(g));
   CU_ASSERT(d().StreamIsCapturing(s, &status));
   EXPECT_EQ(status, CU_STREAM_CAPTURE_STATUS_NONE);
+  // Synchronising a capturing stream is refused and invalidates the capture.
+  CU_ASSERT(d().StreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_RELAXED));
+  EXPECT_EQ(d().StreamSynchronize(s), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  EXPECT_EQ(d().StreamEndCapture(s, &g), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+  CU_ASSERT(d().StreamIsCapturing(s, &status));
+  EXPECT_EQ(status, CU_STREAM_CAPTURE_STATUS_NONE);
   CU_ASSERT(d().StreamDestroy(s));
 }
 
