@@ -34,6 +34,10 @@ inline bool select_cuda_driver() {
   return done;
 }
 
+/// Every CUDA test program selects the driver before main (a test that asks
+/// cuda::driver_status() first then sees the same driver as one that starts with drv()).
+inline const bool kCudaDriverSelected = select_cuda_driver();
+
 /// The process's driver, initialised.
 inline const cuda::Driver& drv() {
   select_cuda_driver();

@@ -38,7 +38,7 @@ std::string cuda_section(const cuda::DriverStatus& st) {
   std::ostringstream os;
   os << "CUDA\n";
   if (!cuda::built()) {
-    os << "  build    no: " << cuda::build_reason() << "\n";
+    os << "  build    not built: " << cuda::build_reason() << "\n";
     return os.str();
   }
   os << "  build    driver loaded at run time (no libcudart), GPU kernels for sm_80 sm_90 sm_100"
