@@ -76,6 +76,9 @@ struct CollectiveOptions {
   /// Forces an algorithm by catalogue name (docs/collectives.md); empty: TPCOMM_ALGO, then
   /// the cost model. Every rank must pass the same.
   std::string algorithm;
+  /// CUDA tensors: the stream (an opaque CUstream; nullptr: the legacy default stream) the
+  /// operation is ordered after and whose later work sees its result (docs/gpu.md).
+  void* stream = nullptr;
 };
 
 class ProcessGroup;

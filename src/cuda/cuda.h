@@ -84,7 +84,7 @@ void check_device_tensor(const Tensor& t, const std::string& where);
 
 /// A CUDA tensor handed to an operation that cannot move device memory yet: checks it
 /// (check_device_tensor's errors name a mislabelled pointer first), then throws
-/// NotSupportedError saying that no path moves device memory in this release.
+/// NotSupportedError naming the operations that take CUDA tensors in this release.
 [[noreturn]] void refuse_device_tensor(const Tensor& t, const std::string& where);
 
 }  // namespace tpcomm::cuda

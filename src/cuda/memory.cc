@@ -169,8 +169,9 @@ void check_device_tensor(const Tensor& t, const std::string& where) {
 void refuse_device_tensor(const Tensor& t, const std::string& where) {
   check_device_tensor(t, where);
   throw NotSupportedError(where + " is a CUDA tensor (" + t.str() +
-                          "): no transport or collective moves device memory in this release; "
-                          "copy it to host memory (docs/gpu.md)");
+                          "): in this release only send, recv, isend, irecv and all_reduce take "
+                          "CUDA tensors (staged through host memory); copy it to host memory for "
+                          "this operation (docs/gpu.md)");
 }
 
 }  // namespace tpcomm::cuda

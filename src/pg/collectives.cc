@@ -5,6 +5,7 @@
 #include "collectives/validate.h"
 #include "pg/coll_dispatch.h"
 #include "pg/coll_run.h"
+#include "pg/cuda_staging.h"
 #include "tpcomm/error.hpp"
 
 namespace tpcomm {
@@ -47,6 +48,8 @@ const char* all_reduce_body(CollContext& c, const Tensor& tensor, ReduceOp op,
 
 std::shared_ptr<Work> ProcessGroup::all_reduce(const Tensor& tensor, ReduceOp op,
                                                const CollectiveOptions& o) {
+  if (tensor.device.type == DeviceType::CUDA) [[unlikely]]
+    return detail::staged_all_reduce(*this, tensor, op, o);
   // Blocking: the body runs before returning and reads the arguments where they are (the
   // latency of small all_reduces); async: it keeps copies.
   if (!o.async_op) {

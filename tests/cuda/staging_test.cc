@@ -1,0 +1,204 @@
+// CUDA tensors through a process group by staging (device -> pinned -> wire -> pinned -> device):
+// all_reduce of every dtype and op equals the host path's result bit for bit, point-to-point
+// moves device data (device to device, device to host), the user stream orders the operation
+// and receives the result, and a capturing stream is refused. Over tcp, shm and ucx. The ranks
+// are forked before anything touches CUDA; each rank uses GPU rank % devices.
+#include "cuda/staging.h"
+
+#include <cstring>
+#include <random>
+
+#include "common/multiproc.h"
+#include "cuda/cuda_test_util.h"
+#include "tpcomm/tpcomm.hpp"
+
+namespace tpcomm {
+namespace {
+
+using testing::RankContext;
+
+constexpr DType kDTypes[] = {DType::Bool,    DType::UInt8,  DType::Int8,    DType::Int16,
+                             DType::Int32,   DType::Int64,  DType::Float16, DType::BFloat16,
+                             DType::Float32, DType::Float64};
+constexpr ReduceOp kOps[] = {ReduceOp::SUM, ReduceOp::PRODUCT, ReduceOp::MIN,
+                             ReduceOp::MAX, ReduceOp::AVG,     ReduceOp::BAND,
+                             ReduceOp::BOR, ReduceOp::BXOR,    ReduceOp::PREMUL_SUM};
+
+// Each rank's input: random bytes (every pattern, NaNs included) for the small dtypes, mixed
+// with small values for the wide floats.
+std::vector<uint8_t> input(DType t, size_t n, int rank) {
+  std::mt19937_64 rng(1000 + rank * 17 + static_cast<int>(t));
+  const size_t es = dtype_size(t);
+  std::vector<uint8_t> v(n * es);
+  for (size_t i = 0; i < n; ++i) {
+    uint64_t bits = rng();
+    if (t == DType::Float32 && i % 2 == 0) {
+      const float f = static_cast<float>(static_cast<int>(bits % 201) - 100) / 3.0f;
+      std::memcpy(&bits, &f, 4);
+    } else if (t == DType::Float64 && i % 2 == 0) {
+      const double f = static_cast<double>(static_cast<int>(bits % 201) - 100) / 3.0;
+      std::memcpy(&bits, &f, 8);
+    }
+    std::memcpy(v.data() + i * es, &bits, es);
+  }
+  return v;
+}
+
+struct Gpu {
+  const cuda::Driver& d;
+  int device;
+  CUdeviceptr alloc(size_t bytes) {
+    CUdeviceptr p = 0;
+    EXPECT_EQ(d.MemAlloc(&p, bytes), CUDA_SUCCESS);
+    return p;
+  }
+  Tensor tensor(CUdeviceptr p, DType t, size_t n) {
+    return Tensor::raw(reinterpret_cast<void*>(p), static_cast<int64_t>(n), t,
+                       Device::cuda(device));
+  }
+};
+
+void all_reduce_every_dtype_and_op(ProcessGroup& pg, Gpu& g) {
+  const size_t n = 1001;
+  for (DType t : kDTypes) {
+    const size_t bytes = n * dtype_size(t);
+    CUdeviceptr dev = g.alloc(bytes);
+    for (ReduceOp op : kOps) {
+      if (!reduce_op_supports(op, t)) continue;
+      SCOPED_TRACE(std::string(dtype_name(t)) + " " + reduce_op_name(op));
+      CollectiveOptions o;
+      o.premul_scale = 0.375;
+      std::vector<uint8_t> host = input(t, n, pg.rank());
+      CU_ASSERT(g.d.MemcpyHtoD(dev, host.data(), bytes));
+      pg.all_reduce(Tensor::raw(host.data(), n, t), op, o);  // the host path's answer
+      pg.all_reduce(g.tensor(dev, t, n), op, o);
+      std::vector<uint8_t> got(bytes);
+      CU_ASSERT(g.d.MemcpyDtoH(got.data(), dev, bytes));  // legacy stream: after the copy back
+      ASSERT_EQ(got, host);
+    }
+    CU_ASSERT(g.d.MemFree(dev));
+  }
+}
+
+void point_to_point(ProcessGroup& pg, Gpu& g) {
+  const int me = pg.rank(), peer = 1 - me;
+  if (me > 1) return;
+  const size_t n = 70001;  // past the eager size: rendezvous
+  std::vector<int32_t> mine(n), back(n, -1);
+  for (size_t i = 0; i < n; ++i) mine[i] = static_cast<int32_t>(i * 3 + me * 1000003);
+  CUdeviceptr a = g.alloc(n * 4), b = g.alloc(n * 4);
+  CU_ASSERT(g.d.MemcpyHtoD(a, mine.data(), n * 4));
+  CU_ASSERT(g.d.MemsetD32(b, 0, n));
+  Tensor ta = g.tensor(a, DType::Int32, n), tb = g.tensor(b, DType::Int32, n);
+  // Device to device, blocking and async.
+  if (me == 0) {
+    pg.send(ta, peer, 1);
+    auto w = pg.irecv(tb, peer, 2);
+    w->wait();
+    EXPECT_EQ(w->source_rank(), peer);
+  } else {
+    pg.recv(tb, peer, 1);
+    auto w = pg.isend(ta, peer, 2);
+    w->wait();
+  }
+  CU_ASSERT(g.d.MemcpyDtoH(back.data(), b, n * 4));
+  for (size_t i = 0; i < n; ++i)
+    ASSERT_EQ(back[i], static_cast<int32_t>(i * 3 + peer * 1000003)) << i;
+  // Device to host memory.
+  std::vector<int32_t> host(n, -1);
+  if (me == 0) {
+    pg.send(ta, peer, 3);
+  } else {
+    pg.recv(Tensor::of(host), peer, 3);
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(host[i], static_cast<int32_t>(i * 3)) << i;
+  }
+  CU_ASSERT(g.d.MemFree(a));
+  CU_ASSERT(g.d.MemFree(b));
+}
+
+// The operation runs after the stream's queued work (a memset the fake delays) and its result
+// is on the stream; a capturing stream is refused before any communication.
+void streams(ProcessGroup& pg, Gpu& g) {
+  const size_t n = 4099;
+  CUdeviceptr dev = g.alloc(n * 4);
+  CUstream s = nullptr;
+  CU_ASSERT(g.d.StreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  testing::fake_delay_us(20000);
+  CollectiveOptions o;
+  o.stream = s;
+  for (bool async : {false, true}) {
+    CU_ASSERT(g.d.MemsetD32Async(dev, static_cast<unsigned>(pg.rank() + 1 + async), n, s));
+    o.async_op = async;
+    auto w = pg.all_reduce(g.tensor(dev, DType::Int32, n), ReduceOp::SUM, o);
+    w->wait();
+    std::vector<int32_t> out(n, -1);
+    CU_ASSERT(g.d.MemcpyDtoHAsync(out.data(), dev, n * 4, s));
+    CU_ASSERT(g.d.StreamSynchronize(s));
+    int32_t want = 0;
+    for (int r = 0; r < pg.size(); ++r) want += r + 1 + async;
+    EXPECT_EQ(out, std::vector<int32_t>(n, want)) << (async ? "async" : "blocking");
+  }
+  testing::fake_delay_us(0);
+  CUstream cap = nullptr;
+  CU_ASSERT(g.d.StreamCreate(&cap, CU_STREAM_NON_BLOCKING));
+  CU_ASSERT(g.d.StreamBeginCapture(cap, CU_STREAM_CAPTURE_MODE_RELAXED));
+  o.stream = cap;
+  o.async_op = false;
+  try {
+    pg.all_reduce(g.tensor(dev, DType::Int32, n), ReduceOp::SUM, o);
+    ADD_FAILURE() << "a capturing stream was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("capturing a CUDA graph"), std::string::npos) << e.what();
+  }
+  CUgraph graph = nullptr;
+  CU_ASSERT(g.d.StreamEndCapture(cap, &graph));
+  CU_ASSERT(g.d.GraphDestroy(graph));
+  CU_ASSERT(g.d.StreamDestroy(cap));
+  CU_ASSERT(g.d.StreamDestroy(s));
+  CU_ASSERT(g.d.MemFree(dev));
+}
+
+struct Case {
+  std::string transport;
+  int ranks;
+  std::string ucx_tls;
+};
+
+class CudaStaging : public ::testing::TestWithParam<Case> {};
+
+TEST_P(CudaStaging, CollectivesPointToPointAndStreams) {
+  const Case c = GetParam();
+  testing::select_cuda_driver();
+  testing::RunOptions opt;
+  if (c.transport == "ucx") {
+    if (!is_ucx_available()) GTEST_SKIP() << "UCX is not built in or not usable here";
+    opt.env = {{"TPCOMM_UCX_TLS", c.ucx_tls}};
+  }
+  auto r = testing::run_ranks(
+      c.ranks,
+      [&](RankContext& ctx) {
+        InitOptions io;
+        io.backend = c.transport;
+        io.timeout = std::chrono::seconds(60);
+        auto pg = ProcessGroup::create(ctx.store, ctx.rank, ctx.world_size, io);
+        const cuda::Driver& d = testing::drv();
+        Gpu g{d, pg->rank() % cuda::driver_status().devices};
+        cuda::use_device(d, g.device);
+        all_reduce_every_dtype_and_op(*pg, g);
+        point_to_point(*pg, g);
+        streams(*pg, g);
+        pg->destroy();
+      },
+      opt);
+  EXPECT_RANKS_OK(r);
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, CudaStaging,
+                         ::testing::Values(Case{"tcp", 2, ""}, Case{"shm", 2, ""},
+                                           Case{"tcp", 3, ""}, Case{"ucx", 2, "tcp"}),
+                         [](const auto& info) {
+                           return info.param.transport + std::to_string(info.param.ranks);
+                         });
+
+}  // namespace
+}  // namespace tpcomm
