@@ -82,9 +82,9 @@ uint64_t full_queries();
 /// message ("all_reduce (rank 0): input").
 void check_device_tensor(const Tensor& t, const std::string& where);
 
-/// A CUDA tensor handed to an operation that cannot move device memory yet: checks it
-/// (check_device_tensor's errors name a mislabelled pointer first), then throws
-/// NotSupportedError naming the operations that take CUDA tensors in this release.
+/// A CUDA tensor that reached a path moving host memory only (the collectives below the process
+/// group; ProcessGroup stages CUDA tensors before): checks it (check_device_tensor's errors name
+/// a mislabelled pointer first), then throws NotSupportedError.
 [[noreturn]] void refuse_device_tensor(const Tensor& t, const std::string& where);
 
 }  // namespace tpcomm::cuda

@@ -169,9 +169,8 @@ void check_device_tensor(const Tensor& t, const std::string& where) {
 void refuse_device_tensor(const Tensor& t, const std::string& where) {
   check_device_tensor(t, where);
   throw NotSupportedError(where + " is a CUDA tensor (" + t.str() +
-                          "): in this release only send, recv, isend, irecv and all_reduce take "
-                          "CUDA tensors (staged through host memory); copy it to host memory for "
-                          "this operation (docs/gpu.md)");
+                          "): this path moves host memory only; ProcessGroup's operations stage "
+                          "CUDA tensors through pinned host memory (docs/gpu.md)");
 }
 
 }  // namespace tpcomm::cuda

@@ -28,6 +28,8 @@ coll::CommonOptions common(const CollectiveOptions& o) {
 
 std::shared_ptr<Work> ProcessGroup::broadcast(const Tensor& tensor, int src,
                                               const CollectiveOptions& o) {
+  if (detail::is_cuda(tensor)) [[unlikely]]
+    return detail::staged_broadcast(*this, tensor, src, o);
   return detail::run_collective(state_, "broadcast", o, [=](CollContext& c) {
     c.comm.sign(tensor.dtype, tensor.numel, src, -1);
     return detail::run_broadcast(c, {tensor, Tensor{}, src, common(o)});
@@ -48,7 +50,7 @@ const char* all_reduce_body(CollContext& c, const Tensor& tensor, ReduceOp op,
 
 std::shared_ptr<Work> ProcessGroup::all_reduce(const Tensor& tensor, ReduceOp op,
                                                const CollectiveOptions& o) {
-  if (tensor.device.type == DeviceType::CUDA) [[unlikely]]
+  if (detail::is_cuda(tensor)) [[unlikely]]
     return detail::staged_all_reduce(*this, tensor, op, o);
   // Blocking: the body runs before returning and reads the arguments where they are (the
   // latency of small all_reduces); async: it keeps copies.
@@ -64,6 +66,8 @@ std::shared_ptr<Work> ProcessGroup::all_reduce(const Tensor& tensor, ReduceOp op
 
 std::shared_ptr<Work> ProcessGroup::reduce(const Tensor& tensor, int dst, ReduceOp op,
                                            const CollectiveOptions& o) {
+  if (detail::is_cuda(tensor)) [[unlikely]]
+    return detail::staged_reduce(*this, tensor, dst, op, o);
   return detail::run_collective(state_, "reduce", o, [=](CollContext& c) {
     c.comm.sign(tensor.dtype, tensor.numel, dst, static_cast<int>(op));
     return detail::run_reduce(c, {tensor, tensor, dst, op, o.premul_scale, common(o)});
@@ -72,6 +76,8 @@ std::shared_ptr<Work> ProcessGroup::reduce(const Tensor& tensor, int dst, Reduce
 
 std::shared_ptr<Work> ProcessGroup::all_gather(const std::vector<Tensor>& output_list,
                                                const Tensor& input, const CollectiveOptions& o) {
+  if (detail::is_cuda(input) || detail::any_cuda(output_list)) [[unlikely]]
+    return detail::staged_all_gather(*this, output_list, input, o);
   return detail::run_collective(state_, "all_gather", o, [=](CollContext& c) {
     c.comm.sign(input.dtype, input.numel, -1, -1);
     return coll::all_gather_list(c.comm, input, output_list, common(o)).name;
@@ -81,6 +87,8 @@ std::shared_ptr<Work> ProcessGroup::all_gather(const std::vector<Tensor>& output
 std::shared_ptr<Work> ProcessGroup::all_gather_into_tensor(const Tensor& output,
                                                            const Tensor& input,
                                                            const CollectiveOptions& o) {
+  if (detail::is_cuda(output) || detail::is_cuda(input)) [[unlikely]]
+    return detail::staged_all_gather_into_tensor(*this, output, input, o);
   return detail::run_collective(state_, "all_gather_into_tensor", o, [=](CollContext& c) {
     c.comm.sign(input.dtype, input.numel, -1, -1);
     return detail::run_all_gather(c, {input, output, common(o)});
@@ -90,6 +98,8 @@ std::shared_ptr<Work> ProcessGroup::all_gather_into_tensor(const Tensor& output,
 std::shared_ptr<Work> ProcessGroup::gather(const Tensor& input,
                                            const std::vector<Tensor>& gather_list, int dst,
                                            const CollectiveOptions& o) {
+  if (detail::is_cuda(input) || detail::any_cuda(gather_list)) [[unlikely]]
+    return detail::staged_gather(*this, input, gather_list, dst, o);
   return detail::run_collective(state_, "gather", o, [=](CollContext& c) {
     c.comm.sign(input.dtype, input.numel, dst, -1);
     return coll::gather_list(c.comm, input, gather_list, dst, common(o)).name;
@@ -99,6 +109,8 @@ std::shared_ptr<Work> ProcessGroup::gather(const Tensor& input,
 std::shared_ptr<Work> ProcessGroup::scatter(const Tensor& output,
                                             const std::vector<Tensor>& scatter_list, int src,
                                             const CollectiveOptions& o) {
+  if (detail::is_cuda(output) || detail::any_cuda(scatter_list)) [[unlikely]]
+    return detail::staged_scatter(*this, output, scatter_list, src, o);
   return detail::run_collective(state_, "scatter", o, [=](CollContext& c) {
     c.comm.sign(output.dtype, output.numel, src, -1);
     return coll::scatter_list(c.comm, scatter_list, output, src, common(o)).name;
@@ -108,6 +120,8 @@ std::shared_ptr<Work> ProcessGroup::scatter(const Tensor& output,
 std::shared_ptr<Work> ProcessGroup::reduce_scatter(const Tensor& output,
                                                    const std::vector<Tensor>& input_list,
                                                    ReduceOp op, const CollectiveOptions& o) {
+  if (detail::is_cuda(output) || detail::any_cuda(input_list)) [[unlikely]]
+    return detail::staged_reduce_scatter(*this, output, input_list, op, o);
   return detail::run_collective(state_, "reduce_scatter", o, [=](CollContext& c) {
     c.comm.sign(output.dtype, output.numel, -1, static_cast<int>(op));
     return coll::reduce_scatter_list(c.comm, input_list, output, op, o.premul_scale, common(o))
@@ -117,6 +131,8 @@ std::shared_ptr<Work> ProcessGroup::reduce_scatter(const Tensor& output,
 
 std::shared_ptr<Work> ProcessGroup::reduce_scatter_tensor(const Tensor& output, const Tensor& input,
                                                           ReduceOp op, const CollectiveOptions& o) {
+  if (detail::is_cuda(output) || detail::is_cuda(input)) [[unlikely]]
+    return detail::staged_reduce_scatter_tensor(*this, output, input, op, o);
   return detail::run_collective(state_, "reduce_scatter_tensor", o, [=](CollContext& c) {
     c.comm.sign(output.dtype, output.numel, -1, static_cast<int>(op));
     return detail::run_reduce_scatter(c, {input, output, op, o.premul_scale, common(o)});
@@ -126,6 +142,8 @@ std::shared_ptr<Work> ProcessGroup::reduce_scatter_tensor(const Tensor& output, 
 std::shared_ptr<Work> ProcessGroup::all_to_all(const std::vector<Tensor>& output_list,
                                                const std::vector<Tensor>& input_list,
                                                const CollectiveOptions& o) {
+  if (detail::any_cuda(output_list) || detail::any_cuda(input_list)) [[unlikely]]
+    return detail::staged_all_to_all(*this, output_list, input_list, o);
   return detail::run_collective(state_, "all_to_all", o, [=](CollContext& c) {
     const int n = c.comm.size();
     if (output_list.size() != static_cast<size_t>(n) || input_list.size() != static_cast<size_t>(n))
@@ -150,6 +168,8 @@ std::shared_ptr<Work> ProcessGroup::all_to_all_single(const Tensor& output, cons
                                                       const std::vector<int64_t>& output_splits,
                                                       const std::vector<int64_t>& input_splits,
                                                       const CollectiveOptions& o) {
+  if (detail::is_cuda(output) || detail::is_cuda(input)) [[unlikely]]
+    return detail::staged_all_to_all_single(*this, output, input, output_splits, input_splits, o);
   return detail::run_collective(state_, "all_to_all_single", o, [=](CollContext& c) {
     const char* op = "all_to_all_single";
     const int n = c.comm.size(), r = c.comm.rank();

@@ -1,25 +1,56 @@
-// CUDA tensors in a process group: point-to-point and all_reduce move them by staging through
-// pinned host memory (cuda/staging.h) over whatever transport the group uses; the reduction runs
-// on the host. The other collectives refuse them (cuda::refuse_device_tensor).
+// CUDA tensors in a process group: every operation moves them by staging through pinned host
+// memory (cuda/staging.h) over whatever transport the group uses; reductions run on the host.
+// Each ProcessGroup method that sees a CUDA tensor hands the call to its staged_* form here,
+// which stages the CUDA tensors (CPU tensors of the same call are used where they are), runs
+// the method again on the host copies, and queues the copies back on the operation's stream.
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "tpcomm/process_group.hpp"
 
 namespace tpcomm::detail {
 
-/// send (`async`: isend) of a CUDA tensor: the device data is copied to pinned memory (after the
-/// legacy stream's work) and sent from there.
-std::shared_ptr<Work> staged_send(ProcessGroup& pg, const Tensor& t, int dst, int tag, bool async);
+/// True when `t` (or any tensor of `list`) is a CUDA tensor.
+inline bool is_cuda(const Tensor& t) { return t.device.type == DeviceType::CUDA; }
+bool any_cuda(const std::vector<Tensor>& list);
 
-/// recv (`async`: irecv) into a CUDA tensor: received into pinned memory, copied to the device
-/// on the legacy stream once the receive completed (wait() or is_completed() queues the copy).
+/// Point-to-point (`async`: isend/irecv), on the legacy default stream.
+std::shared_ptr<Work> staged_send(ProcessGroup& pg, const Tensor& t, int dst, int tag, bool async);
 std::shared_ptr<Work> staged_recv(ProcessGroup& pg, const Tensor& t, int src, int tag, bool async);
 
-/// all_reduce of a CUDA tensor on o.stream: copied to pinned memory after the stream's work,
-/// reduced by the host collective, copied back on the stream.
+/// Collectives, on o.stream.
+std::shared_ptr<Work> staged_broadcast(ProcessGroup& pg, const Tensor& t, int src,
+                                       const CollectiveOptions& o);
 std::shared_ptr<Work> staged_all_reduce(ProcessGroup& pg, const Tensor& t, ReduceOp op,
                                         const CollectiveOptions& o);
+std::shared_ptr<Work> staged_reduce(ProcessGroup& pg, const Tensor& t, int dst, ReduceOp op,
+                                    const CollectiveOptions& o);
+std::shared_ptr<Work> staged_all_gather(ProcessGroup& pg, const std::vector<Tensor>& outputs,
+                                        const Tensor& input, const CollectiveOptions& o);
+std::shared_ptr<Work> staged_all_gather_into_tensor(ProcessGroup& pg, const Tensor& output,
+                                                    const Tensor& input,
+                                                    const CollectiveOptions& o);
+std::shared_ptr<Work> staged_gather(ProcessGroup& pg, const Tensor& input,
+                                    const std::vector<Tensor>& gather_list, int dst,
+                                    const CollectiveOptions& o);
+std::shared_ptr<Work> staged_scatter(ProcessGroup& pg, const Tensor& output,
+                                     const std::vector<Tensor>& scatter_list, int src,
+                                     const CollectiveOptions& o);
+std::shared_ptr<Work> staged_reduce_scatter(ProcessGroup& pg, const Tensor& output,
+                                            const std::vector<Tensor>& inputs, ReduceOp op,
+                                            const CollectiveOptions& o);
+std::shared_ptr<Work> staged_reduce_scatter_tensor(ProcessGroup& pg, const Tensor& output,
+                                                   const Tensor& input, ReduceOp op,
+                                                   const CollectiveOptions& o);
+std::shared_ptr<Work> staged_all_to_all(ProcessGroup& pg, const std::vector<Tensor>& outputs,
+                                        const std::vector<Tensor>& inputs,
+                                        const CollectiveOptions& o);
+std::shared_ptr<Work> staged_all_to_all_single(ProcessGroup& pg, const Tensor& output,
+                                               const Tensor& input,
+                                               const std::vector<int64_t>& output_splits,
+                                               const std::vector<int64_t>& input_splits,
+                                               const CollectiveOptions& o);
 
 }  // namespace tpcomm::detail

@@ -298,13 +298,13 @@ detail::P2PWork::Made post_irecv(const std::shared_ptr<detail::GroupState>& st,
 }  // namespace
 
 std::shared_ptr<Work> ProcessGroup::isend(const Tensor& tensor, int dst, int tag) {
-  if (tensor.device.type == DeviceType::CUDA) [[unlikely]]
+  if (detail::is_cuda(tensor)) [[unlikely]]
     return detail::staged_send(*this, tensor, dst, tag, true);
   return post_isend(state_, tensor, dst, tag).release();
 }
 
 std::shared_ptr<Work> ProcessGroup::irecv(const Tensor& tensor, int src, int tag) {
-  if (tensor.device.type == DeviceType::CUDA) [[unlikely]]
+  if (detail::is_cuda(tensor)) [[unlikely]]
     return detail::staged_recv(*this, tensor, src, tag, true);
   return post_irecv(state_, tensor, src, tag).release();
 }
@@ -314,7 +314,7 @@ std::shared_ptr<Work> ProcessGroup::irecv(const Tensor& tensor, int src, int tag
 std::shared_ptr<Work> ProcessGroup::send(const Tensor& tensor, int dst, int tag) {
   // An eager message that goes out at once is complete when the call returns: the shared
   // completed Work, no Work or Op of its own. Anything else takes the general path.
-  if (tensor.device.type == DeviceType::CUDA) [[unlikely]]
+  if (detail::is_cuda(tensor)) [[unlikely]]
     return detail::staged_send(*this, tensor, dst, tag, false);
   check_p2p(*state_, "isend", dst, false, tensor);
   if (state_->world->engine->send_now(state_->info, state_->info.ranks[dst], tag, tensor))
@@ -325,7 +325,7 @@ std::shared_ptr<Work> ProcessGroup::send(const Tensor& tensor, int dst, int tag)
 }
 
 std::shared_ptr<Work> ProcessGroup::recv(const Tensor& tensor, int src, int tag) {
-  if (tensor.device.type == DeviceType::CUDA) [[unlikely]]
+  if (detail::is_cuda(tensor)) [[unlikely]]
     return detail::staged_recv(*this, tensor, src, tag, false);
   auto w = post_irecv(state_, tensor, src, tag);
   w.work->wait_in(*state_->world->engine);

@@ -1,11 +1,13 @@
 // CUDA tensors through a process group by staging (device -> pinned -> wire -> pinned -> device):
-// all_reduce of every dtype and op equals the host path's result bit for bit, point-to-point
-// moves device data (device to device, device to host), the user stream orders the operation
-// and receives the result, and a capturing stream is refused. Over tcp, shm and ucx. The ranks
+// all_reduce of every dtype and op and every other collective equal the host path's result bit
+// for bit, point-to-point moves device data (device to device, device to host), the user stream
+// orders the operation and receives the result, and a capturing stream is refused. Over tcp,
+// shm and ucx. The ranks
 // are forked before anything touches CUDA; each rank uses GPU rank % devices.
 #include "cuda/staging.h"
 
 #include <cstring>
+#include <memory>
 #include <random>
 
 #include "common/multiproc.h"
@@ -78,6 +80,145 @@ void all_reduce_every_dtype_and_op(ProcessGroup& pg, Gpu& g) {
     }
     CU_ASSERT(g.d.MemFree(dev));
   }
+}
+
+// A buffer twice over: on the host (the host path's tensor) and on the device (the staged
+// path's), with the same contents.
+struct Twin {
+  Gpu& g;
+  DType t;
+  size_t n;
+  std::vector<uint8_t> host;
+  CUdeviceptr dev = 0;
+  Twin(Gpu& gpu, DType dt, size_t count, const std::vector<uint8_t>& init)
+      : g(gpu), t(dt), n(count), host(init) {
+    host.resize(n * dtype_size(t));
+    dev = g.alloc(host.size() ? host.size() : 1);
+    if (!host.empty()) {
+      EXPECT_EQ(g.d.MemcpyHtoD(dev, host.data(), host.size()), CUDA_SUCCESS);
+    }
+  }
+  ~Twin() { g.d.MemFree(dev); }
+  Tensor cpu() { return Tensor::raw(host.data(), static_cast<int64_t>(n), t); }
+  Tensor cuda() { return g.tensor(dev, t, n); }
+  // The device contents equal the host's (after the copies back, on the legacy stream).
+  void expect_same(const std::string& what) {
+    std::vector<uint8_t> got(host.size());
+    if (!got.empty()) {
+      ASSERT_EQ(g.d.MemcpyDtoH(got.data(), dev, got.size()), CUDA_SUCCESS);
+    }
+    EXPECT_EQ(got, host) << what;
+  }
+};
+
+std::vector<std::unique_ptr<Twin>> twins(Gpu& g, DType t, size_t n, int count, int rank,
+                                         bool fill) {
+  std::vector<std::unique_ptr<Twin>> v;
+  for (int i = 0; i < count; ++i)
+    v.push_back(std::make_unique<Twin>(
+        g, t, n,
+        fill ? input(t, n, rank * 31 + i) : std::vector<uint8_t>(n * dtype_size(t), 0xee)));
+  return v;
+}
+
+std::vector<Tensor> cpu_list(std::vector<std::unique_ptr<Twin>>& v) {
+  std::vector<Tensor> l;
+  for (auto& x : v) l.push_back(x->cpu());
+  return l;
+}
+std::vector<Tensor> cuda_list(std::vector<std::unique_ptr<Twin>>& v) {
+  std::vector<Tensor> l;
+  for (auto& x : v) l.push_back(x->cuda());
+  return l;
+}
+
+// Every other collective: the staged result equals the host path's, for an integer, a 32-bit
+// and a 16-bit float dtype, at a count that does not divide by the group size.
+void every_collective(ProcessGroup& pg, Gpu& g) {
+  const int n = pg.size(), me = pg.rank();
+  for (DType t : {DType::Int32, DType::Float32, DType::BFloat16}) {
+    SCOPED_TRACE(dtype_name(t));
+    const size_t k = 3 * n + 1;
+    {
+      Twin x(g, t, k, input(t, k, me));
+      pg.broadcast(x.cpu(), n - 1);
+      pg.broadcast(x.cuda(), n - 1);
+      x.expect_same("broadcast");
+    }
+    {
+      Twin x(g, t, k, input(t, k, me));
+      pg.reduce(x.cpu(), 0, ReduceOp::MAX);
+      pg.reduce(x.cuda(), 0, ReduceOp::MAX);
+      x.expect_same("reduce");
+    }
+    {
+      Twin in(g, t, k, input(t, k, me)), out(g, t, k * n, {});
+      pg.all_gather_into_tensor(out.cpu(), in.cpu());
+      pg.all_gather_into_tensor(out.cuda(), in.cuda());
+      out.expect_same("all_gather_into_tensor");
+      // Mixed: a CPU input, a CUDA output.
+      CU_ASSERT(g.d.MemsetD8(out.dev, 0, out.host.size()));
+      pg.all_gather_into_tensor(out.cuda(), in.cpu());
+      out.expect_same("all_gather_into_tensor from a CPU input");
+    }
+    {
+      Twin in(g, t, k, input(t, k, me));
+      auto outs = twins(g, t, k, n, me, false);
+      pg.all_gather(cpu_list(outs), in.cpu());
+      pg.all_gather(cuda_list(outs), in.cuda());
+      for (auto& o : outs) o->expect_same("all_gather");
+    }
+    {
+      Twin in(g, t, k, input(t, k, me));
+      auto outs = twins(g, t, k, n, me, false);
+      pg.gather(in.cpu(), me == 0 ? cpu_list(outs) : std::vector<Tensor>{}, 0);
+      pg.gather(in.cuda(), me == 0 ? cuda_list(outs) : std::vector<Tensor>{}, 0);
+      for (auto& o : outs) o->expect_same("gather");
+    }
+    {
+      Twin out(g, t, k, {});
+      auto ins = twins(g, t, k, n, me, true);
+      pg.scatter(out.cpu(), me == 0 ? cpu_list(ins) : std::vector<Tensor>{}, 0);
+      pg.scatter(out.cuda(), me == 0 ? cuda_list(ins) : std::vector<Tensor>{}, 0);
+      out.expect_same("scatter");
+    }
+    {
+      Twin out(g, t, k, {});
+      auto ins = twins(g, t, k, n, me, true);
+      pg.reduce_scatter(out.cpu(), cpu_list(ins), ReduceOp::SUM);
+      pg.reduce_scatter(out.cuda(), cuda_list(ins), ReduceOp::SUM);
+      out.expect_same("reduce_scatter");
+    }
+    {
+      Twin in(g, t, k * n, input(t, k * n, me)), out(g, t, k, {});
+      pg.reduce_scatter_tensor(out.cpu(), in.cpu(), ReduceOp::MIN);
+      pg.reduce_scatter_tensor(out.cuda(), in.cuda(), ReduceOp::MIN);
+      out.expect_same("reduce_scatter_tensor");
+    }
+    {
+      auto ins = twins(g, t, k, n, me, true);
+      auto outs = twins(g, t, k, n, me, false);
+      pg.all_to_all(cpu_list(outs), cpu_list(ins));
+      pg.all_to_all(cuda_list(outs), cuda_list(ins));
+      for (auto& o : outs) o->expect_same("all_to_all");
+    }
+    {
+      Twin in(g, t, k * n, input(t, k * n, me)), out(g, t, k * n, {});
+      pg.all_to_all_single(out.cpu(), in.cpu());
+      pg.all_to_all_single(out.cuda(), in.cuda());
+      out.expect_same("all_to_all_single");
+      // Uneven: rank r sends j + 1 elements to rank j.
+      std::vector<int64_t> send(n), recv(n, me + 1);
+      int64_t total_in = 0;
+      for (int j = 0; j < n; ++j) total_in += (send[j] = j + 1);
+      Twin in2(g, t, total_in, input(t, total_in, me)),
+          out2(g, t, static_cast<size_t>(n) * (me + 1), {});
+      pg.all_to_all_single(out2.cpu(), in2.cpu(), recv, send);
+      pg.all_to_all_single(out2.cuda(), in2.cuda(), recv, send);
+      out2.expect_same("all_to_all_single uneven");
+    }
+  }
+  pg.barrier();
 }
 
 void point_to_point(ProcessGroup& pg, Gpu& g) {
@@ -185,6 +326,7 @@ TEST_P(CudaStaging, CollectivesPointToPointAndStreams) {
         Gpu g{d, pg->rank() % cuda::driver_status().devices};
         cuda::use_device(d, g.device);
         all_reduce_every_dtype_and_op(*pg, g);
+        every_collective(*pg, g);
         point_to_point(*pg, g);
         streams(*pg, g);
         pg->destroy();

@@ -30,9 +30,9 @@ std::string version_line() {
 namespace {
 // What a CUDA tensor gets from this build, in words (docs/gpu.md).
 constexpr const char* kCudaTensors =
-    "checked (a pointer that is not device memory of the GPU its label names is refused); send, "
-    "recv and all_reduce stage them through pinned host memory (reduction on the host); the "
-    "other collectives refuse them";
+    "checked (a pointer that is not device memory of the GPU its label names is refused), then "
+    "staged through pinned host memory by every operation (reductions on the host; no CUDA IPC "
+    "or GPUDirect yet)";
 }  // namespace
 
 std::string cuda_section(const cuda::DriverStatus& st) {
