@@ -31,6 +31,7 @@ struct BenchCall {
   bool in_place = false;
   std::string algorithm;  ///< empty: selection
   size_t slice_bytes = 0;
+  Device device = Device::cpu();  ///< where send and recv live (--device)
 };
 
 /// One rank's communicator, as tpbench sees it.

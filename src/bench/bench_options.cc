@@ -70,6 +70,8 @@ std::string bench_usage() {
          "      --threads N        run N ranks as threads of this process (no tprun)\n"
          "      --thp 0|1          buffers on transparent huge pages (default 0: 4 KiB pages,\n"
          "                         as a plain allocator gives)\n"
+         "      --device cpu|cuda  where the buffers live (default cpu); cuda: on GPU\n"
+         "                         LOCAL_RANK % GPUs, filled and checked on the host\n"
          "  -h, --help             this text\n"
          "Columns: size (B), count (elements), type, redop, root, then for out-of-place and\n"
          "in-place: time (us, the slowest rank's mean), algbw = size / time (GB/s), busbw =\n"
@@ -126,7 +128,8 @@ BenchOptions parse_bench_args(const std::vector<std::string>& args) {
                                           "--transport",
                                           "--slice",
                                           "--threads",
-                                          "--thp"};
+                                          "--thp",
+                                          "--device"};
     bool known = false;
     for (const char* k : kValued) known = known || flag == k;
     if (!known) {
@@ -209,6 +212,10 @@ BenchOptions parse_bench_args(const std::vector<std::string>& args) {
       o.threads = static_cast<int>(int_value(flag, value, 1, 1024));
     } else if (is("--thp", "--thp")) {
       o.thp = int_value(flag, value, 0, 1) == 1;
+    } else if (is("--device", "--device")) {
+      if (value != "cpu" && value != "cuda")
+        throw InvalidArgument("tpbench: --device '" + value + "': use cpu or cuda");
+      o.cuda = value == "cuda";
     }
   }
   if (o.min_bytes > o.max_bytes) {
@@ -216,6 +223,8 @@ BenchOptions parse_bench_args(const std::vector<std::string>& args) {
                           std::to_string(o.max_bytes));
   }
   if (o.json && o.csv) throw InvalidArgument("tpbench: choose one of --json and --csv");
+  if (o.cuda && o.threads > 0)
+    throw InvalidArgument("tpbench: --device cuda runs under a launcher (tprun), not --threads");
   return o;
 }
 

@@ -35,6 +35,7 @@ struct BenchOptions {
   bool csv = false;        ///< --csv
   int threads = 0;         ///< --threads N: N ranks as threads of this process
   bool thp = false;        ///< --thp 0|1: buffers on transparent huge pages
+  bool cuda = false;       ///< --device cpu|cuda: buffers on the GPU (LOCAL_RANK % GPUs)
   bool help = false;       ///< -h
 };
 

@@ -4,10 +4,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <memory>
 #include <vector>
 
 #include "bench/bench_buffer.h"
 #include "collectives/select.h"
+#include "core/config.h"
+#include "cuda/device_buffer.h"
 #include "tpcomm/error.hpp"
 
 namespace tpcomm::bench {
@@ -98,12 +101,46 @@ int64_t count_wrong(const BenchCall& c, int r, int n) {
   return wrong;
 }
 
-Measure measure(BenchComm& bc, BenchCall& call, const BenchOptions& o, std::string* algo) {
+// --device cuda: the host buffers that mirror the device ones. The data is made and checked
+// on the host (as nccl-tests does), and copied to and from the GPU around the timed calls.
+struct Mirror {
+  cuda::DeviceBuffer* send = nullptr;
+  cuda::DeviceBuffer* recv = nullptr;
+  BenchBuffer* host_send = nullptr;
+  BenchBuffer* host_recv = nullptr;
+  size_t send_bytes = 0, recv_bytes = 0;
+  // The call as init() and count_wrong() see it: on the host buffers.
+  BenchCall on_host(const BenchCall& c) const {
+    BenchCall h = c;
+    h.send = host_send->data();
+    h.recv = host_recv->data();
+    return h;
+  }
+};
+
+void init_buffers(const BenchCall& call, const Mirror* mirror, int r, int n) {
+  if (mirror == nullptr) return init(call, r, n);
+  const BenchCall h = mirror->on_host(call);
+  init(h, r, n);
+  mirror->send->upload(h.send, mirror->send_bytes);
+  mirror->recv->upload(h.recv, mirror->recv_bytes);
+}
+
+int64_t wrong_elements(const BenchCall& call, const Mirror* mirror, int r, int n) {
+  if (mirror == nullptr) return count_wrong(call, r, n);
+  const BenchCall h = mirror->on_host(call);
+  mirror->send->download(h.send, mirror->send_bytes);
+  mirror->recv->download(h.recv, mirror->recv_bytes);
+  return count_wrong(h, r, n);
+}
+
+Measure measure(BenchComm& bc, BenchCall& call, const BenchOptions& o, const Mirror* mirror,
+                std::string* algo) {
   using Clock = std::chrono::steady_clock;
   Measure m;
   m.valid = true;
   const int r = bc.rank(), n = bc.size();
-  init(call, r, n);
+  init_buffers(call, mirror, r, n);
   const char* a = "";
   for (int i = 0; i < o.warmup; ++i) a = bc.run(call);
   // Each sample: a barrier, then -n back-to-back calls; its time is the slowest rank's mean.
@@ -114,6 +151,8 @@ Measure measure(BenchComm& bc, BenchCall& call, const BenchOptions& o, std::stri
     bc.barrier();
     auto t0 = Clock::now();
     for (int i = 0; i < o.iters; ++i) a = bc.run(call);
+    // The GPU's queued work (copies back) is part of the call's time, as nccl-tests syncs.
+    if (mirror != nullptr) cuda::device_synchronize(call.device.index);
     double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / o.iters;
     samples.push_back(bc.max(us));
   }
@@ -122,10 +161,10 @@ Measure measure(BenchComm& bc, BenchCall& call, const BenchOptions& o, std::stri
   m.algbw = algbw_gbps(call.shape.size_bytes, m.time_us);
   m.busbw = busbw_gbps(*call.op, call.shape.size_bytes, m.time_us, n);
   if (o.check) {
-    init(call, r, n);
+    init_buffers(call, mirror, r, n);
     const char* b = bc.run(call);
     *algo = b ? b : "";
-    m.wrong = bc.sum(count_wrong(call, r, n));
+    m.wrong = bc.sum(wrong_elements(call, mirror, r, n));
   }
   return m;
 }
@@ -189,6 +228,13 @@ SweepResult run_sweep(BenchComm& bc, const BenchOptions& o) {
                           "' (-a); " + names);
   }
   const bool single = o.dtypes.size() == 1 && o.redops.size() == 1;
+  // --device cuda: this process's GPU, by the launcher's local rank (LOCAL_RANK % GPUs).
+  int gpu = -1;
+  if (o.cuda) {
+    const bool launched = config::is_set("LOCAL_RANK");
+    gpu =
+        cuda::device_for_local_rank(launched ? static_cast<int>(config::get_int("LOCAL_RANK")) : r);
+  }
   for (const std::string& name : o.ops) {
     const OpDesc& d = *find_bench_op(name);
     std::string algo_for_op =
@@ -220,6 +266,22 @@ SweepResult run_sweep(BenchComm& bc, const BenchOptions& o) {
           BenchBuffer recv(call.shape.recv_elems * es, o.thp);
           call.send = send.data();
           call.recv = recv.data();
+          std::unique_ptr<cuda::DeviceBuffer> dsend, drecv;
+          Mirror mirror;
+          if (o.cuda) {
+            dsend = std::make_unique<cuda::DeviceBuffer>(call.shape.send_elems * es, gpu);
+            drecv = std::make_unique<cuda::DeviceBuffer>(call.shape.recv_elems * es, gpu);
+            mirror.send = dsend.get();
+            mirror.recv = drecv.get();
+            mirror.host_send = &send;
+            mirror.host_recv = &recv;
+            mirror.send_bytes = call.shape.send_elems * es;
+            mirror.recv_bytes = call.shape.recv_elems * es;
+            call.send = dsend->data();
+            call.recv = drecv->data();
+            call.device = Device::cuda(gpu);
+          }
+          const Mirror* mp = o.cuda ? &mirror : nullptr;
           call.dtype = dt;
           call.redop = redop.value_or(ReduceOp::SUM);
           call.premul_scale = kPremulScale;
@@ -233,10 +295,10 @@ SweepResult run_sweep(BenchComm& bc, const BenchOptions& o) {
           row.dtype = dt;
           row.redop = redop;
           row.root = d.rooted ? o.root : -1;
-          row.oop = measure(bc, call, o, &row.algorithm);
+          row.oop = measure(bc, call, o, mp, &row.algorithm);
           if (d.in_place) {
             call.in_place = true;
-            row.ip = measure(bc, call, o, &row.algorithm);
+            row.ip = measure(bc, call, o, mp, &row.algorithm);
           }
           res.rows.push_back(row);
         }

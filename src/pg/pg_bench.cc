@@ -7,6 +7,7 @@
 #include "bench/bench_comm.h"
 #include "collectives/collectives.h"
 #include "collectives/util.h"
+#include "cuda/device_buffer.h"
 #include "pg/coll_dispatch.h"
 #include "pg/coll_run.h"
 #include "tpcomm/error.hpp"
@@ -32,6 +33,7 @@ class PgBenchComm : public bench::BenchComm {
   }
 
   const char* run(const bench::BenchCall& c) override {
+    if (c.device.type == DeviceType::CUDA) return run_cuda(c);
     if (!c.op->coll) return sendrecv(c);
     // Reused: no string copy per call.
     if (po_.algorithm != c.algorithm) po_.algorithm = c.algorithm;
@@ -118,6 +120,72 @@ class PgBenchComm : public bench::BenchComm {
         break;
     }
     throw InvalidArgument("tpbench: no such operation '" + std::string(c.op->name) + "'");
+  }
+
+  // --device cuda: the call through ProcessGroup's methods on CUDA tensors (staged through
+  // pinned host memory, cuda_staging.h). Out of place, the data is first copied on the GPU from
+  // the send buffer to where the in-place method works (the time includes that copy).
+  const char* run_cuda(const bench::BenchCall& c) {
+    const size_t p = c.shape.param, n = static_cast<size_t>(size()), es = dtype_size(c.dtype);
+    const int r = rank(), gpu = c.device.index;
+    auto v = [&](void* base, size_t elems, size_t offset_elems = 0) {
+      return Tensor::raw(coll::at(base, offset_elems * es), static_cast<int64_t>(elems), c.dtype,
+                         c.device);
+    };
+    auto blocks = [&](void* base) {
+      std::vector<Tensor> list;
+      for (size_t j = 0; j < n; ++j) list.push_back(v(base, p, j * p));
+      return list;
+    };
+    if (po_.algorithm != c.algorithm) po_.algorithm = c.algorithm;
+    po_.premul_scale = c.premul_scale;
+    if (!c.op->coll) {
+      if (n == 1) {
+        cuda::device_copy(c.recv, c.send, p * es, gpu);
+      } else {
+        auto rw = pg_->irecv(v(c.recv, p), (r - 1 + size()) % size(), 0);
+        auto sw = pg_->isend(v(c.send, p), (r + 1) % size(), 0);
+        rw->wait();
+        sw->wait();
+      }
+      return "p2p staged";
+    }
+    switch (*c.op->coll) {
+      case coll::CollOp::AllReduce:
+        if (!c.in_place) cuda::device_copy(c.recv, c.send, p * es, gpu);
+        pg_->all_reduce(v(c.recv, p), c.redop, po_);
+        break;
+      case coll::CollOp::Broadcast:
+        if (!c.in_place && r == c.root) cuda::device_copy(c.recv, c.send, p * es, gpu);
+        pg_->broadcast(v(c.recv, p), c.root, po_);
+        break;
+      case coll::CollOp::Reduce:
+        if (!c.in_place) cuda::device_copy(c.recv, c.send, p * es, gpu);
+        pg_->reduce(v(c.recv, p), c.root, c.redop, po_);
+        break;
+      case coll::CollOp::AllGather:
+        pg_->all_gather_into_tensor(v(c.recv, p * n),
+                                    c.in_place ? v(c.recv, p, p * r) : v(c.send, p), po_);
+        break;
+      case coll::CollOp::ReduceScatter:
+        pg_->reduce_scatter_tensor(c.in_place ? v(c.send, p, p * r) : v(c.recv, p),
+                                   v(c.send, p * n), c.redop, po_);
+        break;
+      case coll::CollOp::AllToAll:
+        pg_->all_to_all_single(v(c.recv, p * n), v(c.send, p * n), {}, {}, po_);
+        break;
+      case coll::CollOp::Gather:
+        pg_->gather(v(c.send, p), r == c.root ? blocks(c.recv) : std::vector<Tensor>{}, c.root,
+                    po_);
+        break;
+      case coll::CollOp::Scatter:
+        pg_->scatter(v(c.recv, p), r == c.root ? blocks(c.send) : std::vector<Tensor>{}, c.root,
+                     po_);
+        break;
+      default:
+        throw InvalidArgument("tpbench: no such operation '" + std::string(c.op->name) + "'");
+    }
+    return "staged";
   }
 
   // Each rank sends to the next and receives from the previous (point-to-point path).

@@ -96,6 +96,15 @@ TEST(TpbenchArgs, EveryFlagShortAndLong) {
   EXPECT_TRUE(o.help);
 }
 
+TEST(TpbenchArgs, DeviceCpuOrCuda) {
+  EXPECT_FALSE(parse({}).cuda);
+  EXPECT_FALSE(parse({"--device", "cpu"}).cuda);
+  EXPECT_TRUE(parse({"--device=cuda"}).cuda);
+  EXPECT_HAS(parse_error({"--device", "gpu"}), "--device 'gpu': use cpu or cuda");
+  EXPECT_HAS(parse_error({"--device", "cuda", "--threads", "2"}),
+             "--device cuda runs under a launcher (tprun), not --threads");
+}
+
 TEST(TpbenchArgs, ErrorsNameTheFlagAndWhatItTakes) {
   EXPECT_HAS(parse_error({"-x"}), "unknown option '-x'");
   EXPECT_HAS(parse_error({"--bogus=1"}), "unknown option '--bogus=1'");

@@ -1,0 +1,99 @@
+// tpbench --device cuda under tprun: buffers on the GPU (the fake driver in CI), data made and
+// checked on the host, every operation staged through the process group; every row of the
+// nccl-tests table must have #wrong 0.
+#include <cstdio>
+#include <sstream>
+#include <string>
+
+#include "cuda/cuda_test_util.h"
+
+namespace tpcomm {
+namespace {
+
+// Runs tprun (`ranks` ranks, a free port) on tpbench with `args`; bounded by timeout(1). The
+// ranks inherit TPCOMM_CUDA_LIB (the fake driver unless it was set).
+std::string run_tpbench(int ranks, const std::string& args, int* status) {
+  testing::select_cuda_driver();
+  const std::string bin = TPCOMM_TEST_BIN_DIR;
+  std::string cmd = "timeout -k 5 240 " + bin + "/tprun --nproc-per-node " + std::to_string(ranks) +
+                    " --master-port 0 " + bin + "/tpbench " + args + " 2>&1";
+  std::string out;
+  FILE* f = popen(cmd.c_str(), "r");
+  if (!f) {
+    *status = -1;
+    return "popen failed";
+  }
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+  *status = pclose(f);
+  return out;
+}
+
+bool has(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+// Rows of the table (rank 0's lines that are not comments), and how many have a #wrong that
+// is not 0 (columns 9 and 13 of a row: out-of-place and in-place).
+void count_rows(const std::string& out, int* rows, int* wrong) {
+  *rows = *wrong = 0;
+  std::istringstream in(out);
+  std::string line;
+  while (std::getline(in, line)) {
+    const std::string prefix = "[rank 0]: ";
+    if (line.rfind(prefix, 0) != 0) continue;
+    line = line.substr(prefix.size());
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream f(line);
+    std::vector<std::string> col;
+    for (std::string c; f >> c;) col.push_back(c);
+    if (col.size() < 10) continue;
+    ++*rows;
+    if (col[8] != "0" && col[8] != "N/A") ++*wrong;
+    if (col.size() >= 14 && col[12] != "0" && col[12] != "N/A") ++*wrong;
+  }
+}
+
+TEST(TpbenchCuda, AllreduceUnderTprun) {
+  int st = 0;
+  std::string out = run_tpbench(2, "--device cuda -o allreduce -b 8 -e 1M -f 4 -n 3 -w 1", &st);
+  EXPECT_EQ(st, 0) << out;
+  EXPECT_TRUE(has(out, "2 ranks, transport shm")) << out;
+  EXPECT_TRUE(has(out, "staged")) << out;
+  EXPECT_TRUE(has(out, "Out of bounds values : 0 OK")) << out;
+  int rows = 0, wrong = 0;
+  count_rows(out, &rows, &wrong);
+  EXPECT_EQ(rows, 9) << out;  // 8 B .. 512 KiB by 4
+  EXPECT_EQ(wrong, 0) << out;
+}
+
+TEST(TpbenchCuda, EveryOperationAndDTypeOverTcp) {
+  int st = 0;
+  std::string out =
+      run_tpbench(3, "--device cuda -t tcp -o all -d all -b 8 -e 4K -f 512 -n 2 -w 1", &st);
+  EXPECT_EQ(st, 0) << out;
+  EXPECT_TRUE(has(out, "3 ranks, transport tcp")) << out;
+  EXPECT_TRUE(has(out, "Out of bounds values : 0 OK")) << out;
+  int rows = 0, wrong = 0;
+  count_rows(out, &rows, &wrong);
+  EXPECT_GT(rows, 9 * 10) << out;  // 9 operations x 10 dtypes x 2 sizes (+ redops)
+  EXPECT_EQ(wrong, 0) << out;
+}
+
+TEST(TpbenchCuda, BadDeviceOptionsAreRefused) {
+  int st = 0;
+  std::string out = run_tpbench(1, "--device gpu", &st);
+  EXPECT_NE(st, 0);
+  EXPECT_TRUE(has(out, "--device 'gpu': use cpu or cuda")) << out;
+  const std::string bin = TPCOMM_TEST_BIN_DIR;
+  FILE* f = popen((bin + "/tpbench --device cuda --threads 2 2>&1").c_str(), "r");
+  ASSERT_NE(f, nullptr);
+  char buf[4096];
+  out.assign(buf, fread(buf, 1, sizeof buf, f));
+  EXPECT_NE(pclose(f), 0);
+  EXPECT_TRUE(has(out, "--device cuda runs under a launcher (tprun), not --threads")) << out;
+}
+
+}  // namespace
+}  // namespace tpcomm
