@@ -29,7 +29,7 @@ checks=(
   "ipc|ipc_test|2 processes on one GPU: legacy handle at an interior offset, VMM POSIX fd, a peer exiting with the mapping"
   "tensor-check|tensor_check_test|CUDA tensors through a 2-rank group: refused before any communication, group usable"
   "tpbench|tpbench_cuda_test|tpbench --device cuda under tprun: allreduce (2 ranks, shm), every op and dtype (3 ranks, tcp), #wrong 0"
-  "staging|staging_test|every operation on CUDA tensors staged over tcp (2, 3 ranks), shm, ucx on one GPU: results vs the host path, the user stream, capture refused"
+  "staging|staging_test|every operation on CUDA tensors staged over tcp (2, 3 ranks), shm (2, 4), ucx (2, 4) on one GPU: results vs the host path, the user stream, capture refused"
 )
 
 programs=()

@@ -2,8 +2,8 @@
 // all_reduce of every dtype and op and every other collective equal the host path's result bit
 // for bit, point-to-point moves device data (device to device, device to host), the user stream
 // orders the operation and receives the result, and a capturing stream is refused. Over tcp,
-// shm and ucx. The ranks
-// are forked before anything touches CUDA; each rank uses GPU rank % devices.
+// shm and ucx, 2 to 4 ranks. The ranks are forked before anything touches CUDA; each uses GPU
+// rank % devices.
 #include "cuda/staging.h"
 
 #include <cstring>
@@ -132,8 +132,9 @@ std::vector<Tensor> cuda_list(std::vector<std::unique_ptr<Twin>>& v) {
   return l;
 }
 
-// Every other collective: the staged result equals the host path's, for an integer, a 32-bit
-// and a 16-bit float dtype, at a count that does not divide by the group size.
+// The other collectives (broadcast, reduce, gathers, scatter): the staged result equals the host
+// path's, for an integer, a 32-bit and a 16-bit float dtype, at a count that does not divide by
+// the group size.
 void every_collective(ProcessGroup& pg, Gpu& g) {
   const int n = pg.size(), me = pg.rank();
   for (DType t : {DType::Int32, DType::Float32, DType::BFloat16}) {
@@ -182,6 +183,15 @@ void every_collective(ProcessGroup& pg, Gpu& g) {
       pg.scatter(out.cuda(), me == 0 ? cuda_list(ins) : std::vector<Tensor>{}, 0);
       out.expect_same("scatter");
     }
+  }
+}
+
+// The reducing-scatter and all-to-all collectives, as every_collective.
+void scatter_like_collectives(ProcessGroup& pg, Gpu& g) {
+  const int n = pg.size(), me = pg.rank();
+  for (DType t : {DType::Int32, DType::Float32, DType::BFloat16}) {
+    SCOPED_TRACE(dtype_name(t));
+    const size_t k = 3 * n + 1;
     {
       Twin out(g, t, k, {});
       auto ins = twins(g, t, k, n, me, true);
@@ -327,6 +337,7 @@ TEST_P(CudaStaging, CollectivesPointToPointAndStreams) {
         cuda::use_device(d, g.device);
         all_reduce_every_dtype_and_op(*pg, g);
         every_collective(*pg, g);
+        scatter_like_collectives(*pg, g);
         point_to_point(*pg, g);
         streams(*pg, g);
         pg->destroy();
@@ -337,7 +348,8 @@ TEST_P(CudaStaging, CollectivesPointToPointAndStreams) {
 
 INSTANTIATE_TEST_SUITE_P(Transports, CudaStaging,
                          ::testing::Values(Case{"tcp", 2, ""}, Case{"shm", 2, ""},
-                                           Case{"tcp", 3, ""}, Case{"ucx", 2, "tcp"}),
+                                           Case{"tcp", 3, ""}, Case{"shm", 4, ""},
+                                           Case{"ucx", 2, "tcp"}, Case{"ucx", 4, "shm,self"}),
                          [](const auto& info) {
                            return info.param.transport + std::to_string(info.param.ranks);
                          });
