@@ -48,6 +48,12 @@ class Work {
   virtual std::exception_ptr exception() = 0;
   /// For a receive: the sender's rank in the operation's group (-1 before completion).
   virtual int source_rank() = 0;
+  /// Blocks the host until the operation is complete on the GPU too: for CUDA tensors, wait()
+  /// then until the copies of the result queued on the operation's stream have run (wait()
+  /// only queues them, as torch's ProcessGroupNCCL). For host tensors it is wait().
+  virtual void synchronize(std::optional<std::chrono::milliseconds> timeout = std::nullopt) {
+    wait(timeout);
+  }
 };
 
 /// Options of init_process_group (torch's keyword arguments).

@@ -31,6 +31,7 @@ Staged::Staged(const Tensor& t, void*, bool, const std::string& where) {
 Staged::~Staged() = default;
 Tensor Staged::host() const { return {}; }
 void Staged::copy_out() {}
+void Staged::synchronize() {}
 size_t staging_pool_bytes() { return 0; }
 
 #else
@@ -175,6 +176,12 @@ void Staged::copy_out() {
     impl_->after_copy_out = nullptr;
     check(d, d.StreamSynchronize(impl_->stream), "cuda staging: cuStreamSynchronize");
   }
+}
+
+void Staged::synchronize() {
+  const Driver& d = *impl_->d;
+  use_device(d, impl_->device.device.index);
+  check(d, d.StreamSynchronize(impl_->stream), "cuda staging: cuStreamSynchronize");
 }
 
 size_t staging_pool_bytes() { return pool().total(); }

@@ -34,6 +34,8 @@ class Staged {
   /// Queues the copy of the pinned data back into the device tensor on the stream (once;
   /// later calls do nothing). The buffer stays out of the pool until that copy has run.
   void copy_out();
+  /// Blocks until the work queued on the stream (copy_out's copy included) has run.
+  void synchronize();
 
   struct Impl;
 

@@ -34,6 +34,11 @@ class StagedWork final : public Work {
   bool is_success() override { return inner_->is_success(); }
   std::exception_ptr exception() override { return inner_->exception(); }
   int source_rank() override { return inner_->source_rank(); }
+  void synchronize(std::optional<std::chrono::milliseconds> timeout) override {
+    wait(timeout);
+    for (auto& [copy, out] : copies_)
+      if (out) copy->synchronize();
+  }
 
  private:
   void finish() {

@@ -289,6 +289,17 @@ void streams(ProcessGroup& pg, Gpu& g) {
     for (int r = 0; r < pg.size(); ++r) want += r + 1 + async;
     EXPECT_EQ(out, std::vector<int32_t>(n, want)) << (async ? "async" : "blocking");
   }
+  // synchronize(): the host waits for the copy back too, so a read not ordered after the
+  // stream (the legacy stream does not wait for a non-blocking one) sees the result.
+  CU_ASSERT(g.d.MemsetD32Async(dev, static_cast<unsigned>(pg.rank() + 7), n, s));
+  o.async_op = true;
+  pg.all_reduce(g.tensor(dev, DType::Int32, n), ReduceOp::SUM, o)->synchronize();
+  EXPECT_EQ(g.d.StreamQuery(s), CUDA_SUCCESS) << "the copy back is still queued";
+  std::vector<int32_t> out(n, -1);
+  CU_ASSERT(g.d.MemcpyDtoH(out.data(), dev, n * 4));
+  int32_t want = 0;
+  for (int r = 0; r < pg.size(); ++r) want += r + 7;
+  EXPECT_EQ(out, std::vector<int32_t>(n, want)) << "after synchronize()";
   testing::fake_delay_us(0);
   CUstream cap = nullptr;
   CU_ASSERT(g.d.StreamCreate(&cap, CU_STREAM_NON_BLOCKING));
