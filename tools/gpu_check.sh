@@ -38,13 +38,16 @@ for c in "${checks[@]}"; do
   programs+=("$prog")
 done
 
+mkdir -p "$build"
 if [[ ! -f "$build/CMakeCache.txt" ]]; then
   cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTPCOMM_WITH_CUDA=ON \
-    -DTPCOMM_BUILD_BENCH=OFF >"$build.configure.log" 2>&1 ||
-    { echo "gpu_check: configure failed (see $build.configure.log)"; exit 1; }
+    -DTPCOMM_BUILD_BENCH=OFF >"$build/gpu_check.configure.log" 2>&1 ||
+    { echo "gpu_check: configure failed (see $build/gpu_check.configure.log)"; exit 1; }
 fi
-cmake --build "$build" -j"$jobs" --target tpinfo "${programs[@]}" >"$build.build.log" 2>&1 ||
-  { echo "gpu_check: build failed (see $build.build.log)"; tail -20 "$build.build.log"; exit 1; }
+cmake --build "$build" -j"$jobs" --target tpinfo tprun tpbench "${programs[@]}" \
+  >"$build/gpu_check.build.log" 2>&1 ||
+  { echo "gpu_check: build failed (see $build/gpu_check.build.log)";
+    tail -20 "$build/gpu_check.build.log"; exit 1; }
 
 export TPCOMM_CUDA_LIB=libcuda.so.1
 if [[ $fake -eq 1 ]]; then

@@ -21,37 +21,37 @@
 namespace tpcomm::cuda {
 
 // X(Name): every required entry; member Name has the type of ::cuName.
-#define TPCOMM_CUDA_FUNCS(X)                                                                       \
-  X(Init)                                                                                          \
-  X(DriverGetVersion)                                                                              \
-  X(GetErrorName)                                                                                  \
-  X(GetErrorString) X(DeviceGet) X(DeviceGetCount) X(DeviceGetName) X(DeviceGetAttribute)          \
-      X(DevicePrimaryCtxRetain) X(DevicePrimaryCtxRelease) X(CtxSetCurrent) X(CtxGetCurrent)       \
-          X(CtxGetDevice) X(CtxSynchronize) X(MemAlloc) X(MemFree) X(MemAllocManaged)              \
-              X(MemHostAlloc) X(MemFreeHost) X(MemHostRegister) X(MemHostUnregister) X(MemcpyHtoD) \
-                  X(MemcpyDtoH) X(MemcpyDtoD) X(Memcpy) X(MemcpyAsync) X(MemcpyHtoDAsync)          \
-                      X(MemcpyDtoHAsync) X(MemcpyDtoDAsync) X(MemsetD8) X(MemsetD32)               \
-                          X(MemsetD8Async) X(MemsetD32Async) X(PointerGetAttribute)                \
-                              X(PointerGetAttributes) X(MemGetAddressRange) X(StreamCreate)        \
-                                  X(StreamDestroy) X(StreamSynchronize) X(StreamQuery)             \
-                                      X(StreamWaitEvent) X(StreamIsCapturing)                      \
-                                          X(StreamBeginCapture) X(StreamEndCapture)                \
-                                              X(GraphDestroy) X(EventCreate) X(EventDestroy)       \
-                                                  X(EventRecord) X(EventQuery) X(EventSynchronize) \
-                                                      X(IpcGetMemHandle) X(IpcOpenMemHandle)       \
-                                                          X(IpcCloseMemHandle) X(ModuleLoadData)   \
-                                                              X(ModuleUnload) X(ModuleGetFunction) \
-                                                                  X(LaunchKernel)
+// clang-format off
+#define TPCOMM_CUDA_FUNCS(X)                                                                     \
+  X(Init) X(DriverGetVersion) X(GetErrorName) X(GetErrorString)                                  \
+  X(DeviceGet) X(DeviceGetCount) X(DeviceGetName) X(DeviceGetAttribute)                          \
+  X(DevicePrimaryCtxRetain) X(DevicePrimaryCtxRelease) X(CtxSetCurrent) X(CtxGetCurrent)         \
+  X(CtxGetDevice) X(CtxSynchronize) X(MemAlloc) X(MemFree)                                       \
+  X(MemAllocManaged) X(MemHostAlloc) X(MemFreeHost) X(MemHostRegister)                           \
+  X(MemHostUnregister) X(MemcpyHtoD) X(MemcpyDtoH) X(MemcpyDtoD)                                 \
+  X(Memcpy) X(MemcpyAsync) X(MemcpyHtoDAsync) X(MemcpyDtoHAsync)                                 \
+  X(MemcpyDtoDAsync) X(MemsetD8) X(MemsetD32) X(MemsetD8Async)                                   \
+  X(MemsetD32Async) X(PointerGetAttribute) X(PointerGetAttributes) X(MemGetAddressRange)         \
+  X(StreamCreate) X(StreamDestroy) X(StreamSynchronize) X(StreamQuery)                           \
+  X(StreamWaitEvent) X(StreamIsCapturing) X(StreamBeginCapture) X(StreamEndCapture)              \
+  X(GraphDestroy) X(EventCreate) X(EventDestroy) X(EventRecord)                                  \
+  X(EventQuery) X(EventSynchronize) X(IpcGetMemHandle) X(IpcOpenMemHandle)                       \
+  X(IpcCloseMemHandle) X(ModuleLoadData) X(ModuleUnload) X(ModuleGetFunction)                    \
+  X(LaunchKernel)
+// clang-format on
 
 // X(Name): entries a driver may lack (nullptr then): virtual memory management (CUDA 10.2+),
 // dma-buf export of device memory (11.7+, for GPUDirect RDMA), flushing GPUDirect writes.
-#define TPCOMM_CUDA_OPTIONAL_FUNCS(X)                                                              \
-  X(MemCreate)                                                                                     \
-  X(MemRelease)                                                                                    \
-  X(MemMap)                                                                                        \
-  X(MemUnmap) X(MemSetAccess) X(MemAddressReserve) X(MemAddressFree) X(MemExportToShareableHandle) \
-      X(MemImportFromShareableHandle) X(MemGetAllocationGranularity) X(MemRetainAllocationHandle)  \
-          X(MemGetHandleForAddressRange) X(FlushGPUDirectRDMAWrites)
+// clang-format off
+#define TPCOMM_CUDA_OPTIONAL_FUNCS(X)                                                            \
+  X(MemCreate) X(MemRelease)                                                                     \
+  X(MemMap) X(MemUnmap)                                                                          \
+  X(MemSetAccess) X(MemAddressReserve)                                                           \
+  X(MemAddressFree) X(MemExportToShareableHandle)                                                \
+  X(MemImportFromShareableHandle) X(MemGetAllocationGranularity)                                 \
+  X(MemRetainAllocationHandle) X(MemGetHandleForAddressRange)                                    \
+  X(FlushGPUDirectRDMAWrites)
+// clang-format on
 
 /// Function pointers into the driver (or a library with its entry points).
 struct Driver {

@@ -293,27 +293,31 @@ TPCOMM_HD void unary_body(uint64_t first, uint64_t step, void* dst, const void* 
 // unsigned long long n, double scale); unary ones tpcomm_<op>_<dtype>(void* dst,
 // const void* src, unsigned long long n, double scale). Names follow reduce_op_name() and
 // dtype_name() of tpcomm/types.hpp; AVG runs sum and then div (by the group size).
-#define TPCOMM_CUDA_INT_OPS(X, dt, Tr) \
-  X(sum, dt, Tr, Add)                  \
-  X(prod, dt, Tr, Mul)                 \
-  X(min, dt, Tr, Min)                  \
-  X(max, dt, Tr, Max) X(band, dt, Tr, And) X(bor, dt, Tr, Or) X(bxor, dt, Tr, Xor)
-#define TPCOMM_CUDA_FLOAT_OPS(X, dt, Tr) \
-  X(sum, dt, Tr, Add)                    \
-  X(prod, dt, Tr, Mul) X(min, dt, Tr, Min) X(max, dt, Tr, Max) X(premul_sum, dt, Tr, Premul)
-#define TPCOMM_CUDA_BINARY_KERNELS(X)                                                              \
-  X(sum, bool, BoolTr, Or)                                                                         \
-  X(prod, bool, BoolTr, And)                                                                       \
-  X(min, bool, BoolTr, And)                                                                        \
-  X(max, bool, BoolTr, Or) X(band, bool, BoolTr, And) X(bor, bool, BoolTr, Or)                     \
-      X(bxor, bool, BoolTr, Xor) TPCOMM_CUDA_INT_OPS(X, uint8, U8Tr) TPCOMM_CUDA_INT_OPS(          \
-          X, int8, I8Tr) TPCOMM_CUDA_INT_OPS(X, int16, I16Tr) TPCOMM_CUDA_INT_OPS(X, int32, I32Tr) \
-          TPCOMM_CUDA_INT_OPS(X, int64, I64Tr) TPCOMM_CUDA_FLOAT_OPS(X, float16, F16Tr)            \
-              TPCOMM_CUDA_FLOAT_OPS(X, bfloat16, BF16Tr) TPCOMM_CUDA_FLOAT_OPS(X, float32, F32Tr)  \
-                  TPCOMM_CUDA_FLOAT_OPS(X, float64, F64Tr)
-#define TPCOMM_CUDA_UNARY_KERNELS(X)                                                            \
-  X(scale, float16, F16Tr, MulBy)                                                               \
-  X(div, float16, F16Tr, DivBy)                                                                 \
-  X(scale, bfloat16, BF16Tr, MulBy)                                                             \
-  X(div, bfloat16, BF16Tr, DivBy) X(scale, float32, F32Tr, MulBy) X(div, float32, F32Tr, DivBy) \
-      X(scale, float64, F64Tr, MulBy) X(div, float64, F64Tr, DivBy)
+// clang-format off
+#define TPCOMM_CUDA_INT_OPS(X, dt, Tr)                                                           \
+  X(sum, dt, Tr, Add) X(prod, dt, Tr, Mul) X(min, dt, Tr, Min) X(max, dt, Tr, Max)               \
+  X(band, dt, Tr, And) X(bor, dt, Tr, Or) X(bxor, dt, Tr, Xor)
+// clang-format on
+// clang-format off
+#define TPCOMM_CUDA_FLOAT_OPS(X, dt, Tr)                                                         \
+  X(sum, dt, Tr, Add) X(prod, dt, Tr, Mul) X(min, dt, Tr, Min) X(max, dt, Tr, Max)               \
+  X(premul_sum, dt, Tr, Premul)
+// clang-format on
+// clang-format off
+#define TPCOMM_CUDA_BINARY_KERNELS(X)                                                            \
+  X(sum, bool, BoolTr, Or) X(prod, bool, BoolTr, And) X(min, bool, BoolTr, And)                  \
+  X(max, bool, BoolTr, Or) X(band, bool, BoolTr, And) X(bor, bool, BoolTr, Or)                   \
+  X(bxor, bool, BoolTr, Xor)                                                                     \
+  TPCOMM_CUDA_INT_OPS(X, uint8, U8Tr) TPCOMM_CUDA_INT_OPS(X, int8, I8Tr)                         \
+  TPCOMM_CUDA_INT_OPS(X, int16, I16Tr) TPCOMM_CUDA_INT_OPS(X, int32, I32Tr)                      \
+  TPCOMM_CUDA_INT_OPS(X, int64, I64Tr)                                                           \
+  TPCOMM_CUDA_FLOAT_OPS(X, float16, F16Tr) TPCOMM_CUDA_FLOAT_OPS(X, bfloat16, BF16Tr)            \
+  TPCOMM_CUDA_FLOAT_OPS(X, float32, F32Tr) TPCOMM_CUDA_FLOAT_OPS(X, float64, F64Tr)
+// clang-format on
+// clang-format off
+#define TPCOMM_CUDA_UNARY_KERNELS(X)                                                             \
+  X(scale, float16, F16Tr, MulBy) X(div, float16, F16Tr, DivBy)                                  \
+  X(scale, bfloat16, BF16Tr, MulBy) X(div, bfloat16, BF16Tr, DivBy)                              \
+  X(scale, float32, F32Tr, MulBy) X(div, float32, F32Tr, DivBy)                                  \
+  X(scale, float64, F64Tr, MulBy) X(div, float64, F64Tr, DivBy)
+// clang-format on

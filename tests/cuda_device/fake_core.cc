@@ -168,26 +168,35 @@ CUresult CUDAAPI cuDriverGetVersion(int* v) {
 
 CUresult CUDAAPI cuGetErrorName(CUresult r, const char** out) {
   if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  // clang-format off
   switch (r) {
-#define N(x)   \
-  case x:      \
-    *out = #x; \
-    return CUDA_SUCCESS;
+#define N(x) case x: *out = #x; return CUDA_SUCCESS;
     N(CUDA_SUCCESS)
-    N(CUDA_ERROR_INVALID_VALUE) N(CUDA_ERROR_OUT_OF_MEMORY) N(CUDA_ERROR_NOT_INITIALIZED)
-        N(CUDA_ERROR_NO_DEVICE) N(CUDA_ERROR_INVALID_DEVICE) N(CUDA_ERROR_INVALID_IMAGE)
-            N(CUDA_ERROR_INVALID_CONTEXT) N(CUDA_ERROR_ALREADY_MAPPED) N(CUDA_ERROR_INVALID_HANDLE)
-                N(CUDA_ERROR_NOT_FOUND) N(CUDA_ERROR_NOT_READY) N(CUDA_ERROR_ILLEGAL_STATE)
-                    N(CUDA_ERROR_NOT_SUPPORTED) N(CUDA_ERROR_NOT_PERMITTED)
-                        N(CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED)
-                            N(CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED)
-                                N(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED)
-                                    N(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED)
-                                        N(CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES)
-                                            N(CUDA_ERROR_STUB_LIBRARY)
+    N(CUDA_ERROR_INVALID_VALUE)
+    N(CUDA_ERROR_OUT_OF_MEMORY)
+    N(CUDA_ERROR_NOT_INITIALIZED)
+    N(CUDA_ERROR_NO_DEVICE)
+    N(CUDA_ERROR_INVALID_DEVICE)
+    N(CUDA_ERROR_INVALID_IMAGE)
+    N(CUDA_ERROR_INVALID_CONTEXT)
+    N(CUDA_ERROR_ALREADY_MAPPED)
+    N(CUDA_ERROR_INVALID_HANDLE)
+    N(CUDA_ERROR_NOT_FOUND)
+    N(CUDA_ERROR_NOT_READY)
+    N(CUDA_ERROR_ILLEGAL_STATE)
+    N(CUDA_ERROR_NOT_SUPPORTED)
+    N(CUDA_ERROR_NOT_PERMITTED)
+    N(CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED)
+    N(CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED)
+    N(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED)
+    N(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED)
+    N(CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES)
+    N(CUDA_ERROR_STUB_LIBRARY)
 #undef N
-                                                default : * out = nullptr;
-    return CUDA_ERROR_INVALID_VALUE;
+      // clang-format on
+    default:
+      *out = nullptr;
+      return CUDA_ERROR_INVALID_VALUE;
   }
 }
 

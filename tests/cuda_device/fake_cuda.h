@@ -9,8 +9,9 @@
 //   operation, so code that forgets to order host reads after a stream shows wrong data.
 //   Streams do not synchronise implicitly with the legacy stream (stricter than the driver).
 // - Whatever the driver rejects is rejected: calls before cuInit, no current context, released
-//   contexts, freed or foreign pointers, copies out of an allocation's bounds, a second open of
-//   the same IPC handle in one process, unknown devices, VMM memory mapped without access.
+//   contexts, freed or foreign pointers, copies out of an allocation's bounds, an IPC handle
+//   opened by a second context of one process (a second open by the same context is a reference
+//   on the same mapping, as cuda.h says), unknown devices, VMM memory mapped without access.
 // - Legacy IPC handles and VMM POSIX fds work across processes (memfds: a peer opens the
 //   exporter's fd through /proc), so multi-process tests share device memory for real.
 // - Kernels: cuModuleLoadData accepts a fatbin, cubin or PTX image; cuLaunchKernel runs the host

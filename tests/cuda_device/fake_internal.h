@@ -87,7 +87,13 @@ struct State {
   std::map<uintptr_t, Region> regions;       // by base
   std::map<uintptr_t, size_t> reservations;  // VMM address reservations
   std::set<Handle*> handles;
-  std::set<uint64_t> opened_nonces;  // IPC handles opened in this process
+  /// IPC handles opened in this process, by nonce: where, by which context, how many times.
+  struct Opened {
+    uintptr_t base = 0;
+    Context* ctx = nullptr;
+    int refs = 0;
+  };
+  std::map<uint64_t, Opened> opened;
   std::vector<Context> contexts;
   uint64_t next_id = 1;
   std::set<CUevent> events;

@@ -94,7 +94,7 @@ CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle* out, CUdeviceptr p) {
 
 CUresult CUDAAPI cuIpcOpenMemHandle(CUdeviceptr* out, CUipcMemHandle handle, unsigned int flags) {
   if (CUresult r = need_context(); r != CUDA_SUCCESS) return r;
-  if (out == nullptr || (flags & ~CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS) != 0)
+  if (out == nullptr || flags != CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)
     return CUDA_ERROR_INVALID_VALUE;
   IpcHandle h;
   std::memcpy(&h, handle.reserved, sizeof h);
@@ -103,7 +103,14 @@ CUresult CUDAAPI cuIpcOpenMemHandle(CUdeviceptr* out, CUipcMemHandle handle, uns
   char path[64];
   std::snprintf(path, sizeof path, "/proc/%d/fd/%d", h.pid, h.fd);
   std::lock_guard<std::mutex> lock(st().mu);
-  if (st().opened_nonces.count(h.nonce)) return CUDA_ERROR_ALREADY_MAPPED;
+  // Opened before by this context: one more reference, the same pointer (as the driver does);
+  // by another context of this process: refused (one context per device per other process).
+  if (auto it = st().opened.find(h.nonce); it != st().opened.end()) {
+    if (it->second.ctx != current) return CUDA_ERROR_INVALID_CONTEXT;
+    ++it->second.refs;
+    *out = it->second.base;
+    return CUDA_SUCCESS;
+  }
   // The exporter freed it (or exited): its fd is gone or names another allocation.
   if (!fd_names(path, h.device, h.nonce)) return CUDA_ERROR_INVALID_HANDLE;
   int fd = open(path, O_RDWR | O_CLOEXEC);
@@ -131,7 +138,7 @@ CUresult CUDAAPI cuIpcOpenMemHandle(CUdeviceptr* out, CUipcMemHandle handle, uns
   g.nonce = h.nonce;
   g.imported = true;
   st().regions[g.base] = g;
-  st().opened_nonces.insert(h.nonce);
+  st().opened[h.nonce] = {g.base, current, 1};
   *out = g.base;
   return CUDA_SUCCESS;
 }
@@ -143,9 +150,10 @@ CUresult CUDAAPI cuIpcCloseMemHandle(CUdeviceptr p) {
   auto it = st().regions.find(p);
   if (it == st().regions.end() || !it->second.imported) return CUDA_ERROR_INVALID_VALUE;
   Region& g = it->second;
+  if (--st().opened[g.nonce].refs > 0) return CUDA_SUCCESS;  // still open elsewhere in here
   munmap(g.alias, g.map_size);
   close(g.memfd);
-  st().opened_nonces.erase(g.nonce);
+  st().opened.erase(g.nonce);
   st().regions.erase(it);
   return CUDA_SUCCESS;
 }

@@ -11,7 +11,7 @@
 namespace fake {
 
 namespace {
-constexpr size_t kArenaSize = size_t{64} << 30;  // device addresses: reserved, never readable
+constexpr size_t kArenaSize = size_t{16} << 30;  // device addresses: reserved, never readable
 }
 
 bool in_arena(uintptr_t p) { return st().arena && p >= st().arena && p < st().arena + kArenaSize; }

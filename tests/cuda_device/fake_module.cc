@@ -157,27 +157,24 @@ CUresult CUDAAPI cuLaunchKernel(CUfunction hf, unsigned int gx, unsigned int gy,
 }
 
 // Every entry point of this fake by its base name, for cuGetProcAddress.
-#define FAKE_FUNCS(X)                                                                              \
-  X(Init)                                                                                          \
-  X(DriverGetVersion) X(GetErrorName) X(GetErrorString) X(DeviceGet) X(DeviceGetCount) X(          \
-      DeviceGetName) X(DeviceGetAttribute) X(DevicePrimaryCtxRetain) X(DevicePrimaryCtxRelease)    \
-      X(CtxSetCurrent) X(CtxGetCurrent) X(CtxGetDevice) X(CtxSynchronize) X(MemAlloc) X(           \
-          MemFree) X(MemAllocManaged) X(MemHostAlloc) X(MemFreeHost) X(MemHostRegister)            \
-          X(MemHostUnregister) X(MemcpyHtoD) X(MemcpyDtoH) X(MemcpyDtoD) X(Memcpy) X(MemcpyAsync)  \
-              X(MemcpyHtoDAsync) X(MemcpyDtoHAsync) X(MemcpyDtoDAsync) X(MemsetD8) X(MemsetD32) X( \
-                  MemsetD8Async) X(MemsetD32Async) X(PointerGetAttribute) X(PointerGetAttributes)  \
-                  X(MemGetAddressRange) X(StreamCreate) X(StreamDestroy) X(StreamSynchronize)      \
-                      X(StreamQuery) X(StreamWaitEvent) X(StreamIsCapturing) X(StreamBeginCapture) \
-                          X(StreamEndCapture) X(GraphDestroy) X(EventCreate) X(EventDestroy)       \
-                              X(EventRecord) X(EventQuery) X(EventSynchronize) X(IpcGetMemHandle)  \
-                                  X(IpcOpenMemHandle) X(IpcCloseMemHandle) X(ModuleLoadData)       \
-                                      X(ModuleUnload) X(ModuleGetFunction) X(LaunchKernel)         \
-                                          X(MemCreate) X(MemRelease) X(MemMap) X(MemUnmap)         \
-                                              X(MemSetAccess) X(MemAddressReserve)                 \
-                                                  X(MemAddressFree) X(MemExportToShareableHandle)  \
-                                                      X(MemImportFromShareableHandle)              \
-                                                          X(MemGetAllocationGranularity)           \
-                                                              X(MemRetainAllocationHandle)
+// clang-format off
+#define FAKE_FUNCS(X)                                                                            \
+  X(Init) X(DriverGetVersion) X(GetErrorName) X(GetErrorString) X(DeviceGet) X(DeviceGetCount)   \
+  X(DeviceGetName) X(DeviceGetAttribute) X(DevicePrimaryCtxRetain) X(DevicePrimaryCtxRelease)    \
+  X(CtxSetCurrent) X(CtxGetCurrent) X(CtxGetDevice) X(CtxSynchronize) X(MemAlloc) X(MemFree)     \
+  X(MemAllocManaged) X(MemHostAlloc) X(MemFreeHost) X(MemHostRegister) X(MemHostUnregister)      \
+  X(MemcpyHtoD) X(MemcpyDtoH) X(MemcpyDtoD) X(Memcpy) X(MemcpyAsync) X(MemcpyHtoDAsync)          \
+  X(MemcpyDtoHAsync) X(MemcpyDtoDAsync) X(MemsetD8) X(MemsetD32) X(MemsetD8Async)                \
+  X(MemsetD32Async) X(PointerGetAttribute) X(PointerGetAttributes) X(MemGetAddressRange)         \
+  X(StreamCreate) X(StreamDestroy) X(StreamSynchronize) X(StreamQuery) X(StreamWaitEvent)        \
+  X(StreamIsCapturing) X(StreamBeginCapture) X(StreamEndCapture) X(GraphDestroy)                 \
+  X(EventCreate) X(EventDestroy) X(EventRecord) X(EventQuery) X(EventSynchronize)                \
+  X(IpcGetMemHandle) X(IpcOpenMemHandle) X(IpcCloseMemHandle) X(ModuleLoadData)                  \
+  X(ModuleUnload) X(ModuleGetFunction) X(LaunchKernel) X(MemCreate) X(MemRelease) X(MemMap)      \
+  X(MemUnmap) X(MemSetAccess) X(MemAddressReserve) X(MemAddressFree)                             \
+  X(MemExportToShareableHandle) X(MemImportFromShareableHandle) X(MemGetAllocationGranularity)   \
+  X(MemRetainAllocationHandle)
+// clang-format on
 
 CUresult CUDAAPI cuGetProcAddress(const char* symbol, void** pfn, int version, cuuint64_t flags,
                                   CUdriverProcAddressQueryResult* status) {
