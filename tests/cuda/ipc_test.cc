@@ -1,5 +1,6 @@
 // Sharing device memory between processes: legacy IPC handles (an interior pointer's handle
-// names the whole allocation; a second open is a reference on the same mapping; a freed
+// names the whole allocation, the offset travels beside it; a second open is a reference on the
+// same mapping; a freed
 // allocation's handle does not open;
 // a peer that exits holding the mapping does not hurt the exporter) and VMM allocations shared
 // as POSIX fds. The peer is this program run again (exec: a fresh process, as CUDA requires
@@ -59,8 +60,18 @@ TEST_F(CudaIpc, LegacyHandleAcrossProcesses) {
   std::vector<uint8_t> in(kSize - 4096);
   for (size_t i = 0; i < in.size(); ++i) in[i] = pattern(i, 0);
   CU_ASSERT(d().MemcpyHtoD(a + 4096, in.data(), in.size()));
+  // The handle names the allocation (cuda.h: of its base pointer); the buffer's offset in it
+  // travels beside the handle.
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  CU_ASSERT(d().MemGetAddressRange(&base, &size, a + 4096));
+  ASSERT_EQ(base, a);
   CUipcMemHandle h{}, hs{};
-  CU_ASSERT(d().IpcGetMemHandle(&h, a + 4096));  // an interior pointer: names the allocation
+  CU_ASSERT(d().IpcGetMemHandle(&h, base));
+  if (drv().fake) {
+    CUipcMemHandle interior{};
+    EXPECT_EQ(d().IpcGetMemHandle(&interior, a + 4096), CUDA_ERROR_INVALID_VALUE);
+  }
   CU_ASSERT(d().MemAlloc(&stale, 4096));
   CU_ASSERT(d().IpcGetMemHandle(&hs, stale));
   CU_ASSERT(d().MemFree(stale));

@@ -84,7 +84,9 @@ CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle* out, CUdeviceptr p) {
   if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard<std::mutex> lock(st().mu);
   Region* g = find(p, 1);
-  if (g == nullptr || g->kind != Kind::Device || g->vmm || g->imported)
+  // cuda.h asks for the allocation's base pointer: an interior one is refused here, so that
+  // callers send the offset beside the handle (the handle names the whole allocation).
+  if (g == nullptr || g->base != p || g->kind != Kind::Device || g->vmm || g->imported)
     return CUDA_ERROR_INVALID_VALUE;
   IpcHandle h{kIpcMagic, getpid(), g->memfd, g->device, g->size, g->map_size, g->nonce};
   std::memset(out, 0, sizeof *out);
