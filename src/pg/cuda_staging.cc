@@ -3,6 +3,7 @@
 
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "cuda/staging.h"
 #include "pg/coll_run.h"
@@ -11,15 +12,39 @@ namespace tpcomm::detail {
 
 namespace {
 
+using Copies = std::vector<std::pair<std::unique_ptr<cuda::Staged>, bool>>;  // (copy, out)
+
+// Pinned copies of operations whose Work was dropped before they completed: a transport may
+// still read or write them, so they stay out of the pool until the operation is done. Each
+// staged call first lets go of those whose operation has completed since.
+struct Orphans {
+  std::mutex mu;
+  std::vector<std::pair<std::shared_ptr<Work>, Copies>> list;
+};
+
+Orphans& orphans() {
+  static auto* o = new Orphans;  // never destroyed: operations may be in flight at exit
+  return *o;
+}
+
+void reap_orphans() {
+  Orphans& o = orphans();
+  std::lock_guard<std::mutex> lock(o.mu);
+  std::erase_if(o.list, [](auto& entry) { return entry.first->is_completed(); });
+}
+
 // The Work of a staged operation: the host operation's Work, plus the pinned copies it uses
 // (kept until the operation and the copies back are done). When the host operation completed
 // successfully, the first wait() or is_completed() that sees it queues the copies back.
 class StagedWork final : public Work {
  public:
-  using Copies = std::vector<std::pair<std::unique_ptr<cuda::Staged>, bool>>;  // (copy, out)
-
   StagedWork(std::shared_ptr<Work> inner, Copies copies)
       : inner_(std::move(inner)), copies_(std::move(copies)) {}
+  ~StagedWork() override {
+    if (copies_.empty() || inner_->is_completed()) return;
+    std::lock_guard<std::mutex> lock(orphans().mu);
+    orphans().list.emplace_back(std::move(inner_), std::move(copies_));
+  }
 
   bool wait(std::optional<std::chrono::milliseconds> timeout) override {
     inner_->wait(timeout);
@@ -61,7 +86,9 @@ class Call {
   Call(ProcessGroup& pg, const char* op, void* stream, bool async)
       : where_(std::string(op) + " (rank " + std::to_string(pg.rank()) + "): "),
         stream_(stream),
-        async_(async) {}
+        async_(async) {
+    reap_orphans();
+  }
   Call(ProcessGroup& pg, const char* op, const CollectiveOptions& o)
       : Call(pg, op, o.stream, o.async_op) {
     host_ = o;
@@ -98,7 +125,7 @@ class Call {
   void* stream_;
   bool async_;
   CollectiveOptions host_;
-  StagedWork::Copies copies_;
+  Copies copies_;
 };
 
 }  // namespace

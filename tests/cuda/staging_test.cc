@@ -263,6 +263,23 @@ void point_to_point(ProcessGroup& pg, Gpu& g) {
     pg.recv(Tensor::of(host), peer, 3);
     for (size_t i = 0; i < n; ++i) ASSERT_EQ(host[i], static_cast<int32_t>(i * 3)) << i;
   }
+  // An isend whose Work is dropped at once: its pinned copy must stay out of the pool until the
+  // send is done, or the next staged send (same size) would reuse it under the first.
+  std::vector<int32_t> second(n);
+  for (size_t i = 0; i < n; ++i) second[i] = static_cast<int32_t>(i * 5 + 17);
+  CUdeviceptr c2 = g.alloc(n * 4);
+  CU_ASSERT(g.d.MemcpyHtoD(c2, second.data(), n * 4));
+  if (me == 0) {
+    pg.isend(ta, peer, 4);  // the Work is dropped
+    pg.isend(g.tensor(c2, DType::Int32, n), peer, 5)->wait();
+  } else {
+    std::vector<int32_t> first(n, -1), next(n, -1);
+    pg.recv(Tensor::of(first), peer, 4);
+    pg.recv(Tensor::of(next), peer, 5);
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(first[i], static_cast<int32_t>(i * 3)) << i;
+    EXPECT_EQ(next, second);
+  }
+  CU_ASSERT(g.d.MemFree(c2));
   CU_ASSERT(g.d.MemFree(a));
   CU_ASSERT(g.d.MemFree(b));
 }
