@@ -17,7 +17,10 @@ using testing::drv;
 class CudaContract : public ::testing::Test {
  protected:
   void SetUp() override { cuda::use_device(drv(), 0); }
-  void TearDown() override { testing::fake_delay_us(0); }
+  void TearDown() override {
+    testing::fake_delay_us(0);
+    if (auto hold = testing::fake_fn<void (*)(int)>("tpcomm_fake_cuda_hold")) hold(0);
+  }
   const cuda::Driver& d() { return drv(); }
 };
 
@@ -191,10 +194,12 @@ TEST_F(CudaContract, HostCannotReadDeviceMemory) {
   CU_ASSERT(d().MemFree(a));
 }
 
-// Stream order: with a delay on every operation, a host read before the stream finished sees
-// the old data; after cuStreamSynchronize (or the event) it sees the new.
+// Stream order: while the fake holds its streams, nothing queued has run (the host buffer is
+// untouched, the stream not idle); released, with a delay on every operation, the copy runs
+// after the memset it waits for, and after cuStreamSynchronize (or the event) the host sees it.
 TEST_F(CudaContract, StreamsRunInOrderAndEventsTrackThem) {
-  testing::fake_delay_us(20000);
+  auto hold = testing::fake_fn<void (*)(int)>("tpcomm_fake_cuda_hold");
+  testing::fake_delay_us(2000);
   const size_t n = 1 << 16;
   void* host = nullptr;
   CU_ASSERT(d().MemHostAlloc(&host, n, 0));
@@ -206,13 +211,16 @@ TEST_F(CudaContract, StreamsRunInOrderAndEventsTrackThem) {
   CU_ASSERT(d().StreamCreate(&s2, CU_STREAM_NON_BLOCKING));
   CUevent ev = nullptr;
   CU_ASSERT(d().EventCreate(&ev, CU_EVENT_DISABLE_TIMING));
+  if (hold) hold(1);
   CU_ASSERT(d().MemsetD8Async(a, 7, n, s1));
   CU_ASSERT(d().EventRecord(ev, s1));
   CU_ASSERT(d().StreamWaitEvent(s2, ev, 0));
   CU_ASSERT(d().MemcpyDtoHAsync(host, a, n, s2));
-  if (drv().fake) {
+  if (hold) {
     EXPECT_EQ(d().StreamQuery(s2), CUDA_ERROR_NOT_READY);
+    EXPECT_EQ(d().EventQuery(ev), CUDA_ERROR_NOT_READY);
     EXPECT_EQ(static_cast<const char*>(host)[0], 1) << "the copy cannot have run yet";
+    hold(0);
   }
   CU_ASSERT(d().StreamSynchronize(s2));
   EXPECT_EQ(d().EventQuery(ev), CUDA_SUCCESS);

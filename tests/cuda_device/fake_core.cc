@@ -28,6 +28,10 @@ Stream::Stream(Context* c, bool is_legacy) : ctx(c), legacy(is_legacy) {
       auto op = std::move(q.front());
       q.pop_front();
       lock.unlock();
+      {
+        std::unique_lock<std::mutex> hold(st().hold_mu);
+        st().hold_cv.wait(hold, [] { return !st().held; });
+      }
       if (int us = st().delay_us; us > 0)
         std::this_thread::sleep_for(std::chrono::microseconds(us));
       op();
@@ -131,6 +135,11 @@ extern "C" {
 
 int tpcomm_fake_cuda_version(void) { return 1; }
 void tpcomm_fake_cuda_set_delay_us(int us) { st().delay_us = us; }
+void tpcomm_fake_cuda_hold(int on) {
+  std::lock_guard<std::mutex> lock(st().hold_mu);
+  st().held = on != 0;
+  st().hold_cv.notify_all();
+}
 void tpcomm_fake_cuda_set_reuse(int on) {
   std::lock_guard<std::mutex> lock(st().mu);
   st().reuse = on != 0;

@@ -33,6 +33,9 @@ extern "C" {
 int tpcomm_fake_cuda_version(void);
 /// Sets the per-operation stream delay at run time (microseconds).
 void tpcomm_fake_cuda_set_delay_us(int us);
+/// While `on`, no stream starts an operation (queued work waits; a test can then check what has
+/// not run yet without counting on time).
+void tpcomm_fake_cuda_hold(int on);
 /// Sets FAKE_CUDA_REUSE_ADDRESSES at run time.
 void tpcomm_fake_cuda_set_reuse(int on);
 /// How many times cuInit ran (tests of lazy, once-only initialisation).

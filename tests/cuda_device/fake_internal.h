@@ -81,6 +81,11 @@ struct State {
   bool initialized = false;
   int ndevices = 2;
   std::atomic<int> delay_us{0};
+  /// tpcomm_fake_cuda_hold: while set, no stream starts an operation (tests that check what
+  /// has not run yet, without counting on time).
+  std::mutex hold_mu;
+  std::condition_variable hold_cv;
+  bool held = false;
   bool reuse = false;
   uintptr_t arena = 0, arena_size = 0, arena_next = 0;
   std::multimap<size_t, uintptr_t> freed;    // size -> base, for FAKE_CUDA_REUSE_ADDRESSES
