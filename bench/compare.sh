@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# tpcomm beside the peers in one run (issue 4): tpbench under tprun (2 ranks, float32) over
-# shm and over tcp, next to Open MPI (shared memory, tcp, UCX) and Gloo (tcp) built from
-# ../shared/peers, all following the peers' protocol (../shared/peers/README.md); runs of the
-# columns are interleaved, and ../shared/peers/collate.py prints one table per operation
-# (allreduce, broadcast, allgather) with tpcomm as new columns.
+# tpcomm beside the peers in one run: tpbench under tprun (2 ranks, float32) over shm and over
+# tcp, next to Open MPI (shared memory, tcp, UCX) and Gloo (tcp) built from the peers'
+# benchmark programs in PEERS_DIR (mpi_bench.cpp, gloo_bench.cpp, launch_gloo.sh, collate.py;
+# by default the project's shared peers folder next to the checkout), all following the
+# peers' measurement protocol; runs of the columns are interleaved, and collate.py prints one
+# table per operation (allreduce, broadcast, allgather) with tpcomm as new columns.
 #
 #   bench/compare.sh [BUILD_DIR]                       # default: build
 #   SIZES=8,128K,256M REPEATS=3 bench/compare.sh build
@@ -24,7 +25,7 @@ OPS=${OPS:-allreduce,broadcast,allgather}
 # leaves tpcomm's ranks to the scheduler, as torchrun does.
 BIND=${BIND---bind-to core}
 HERE=$(cd "$(dirname "$0")" && pwd)
-PEERS=$HERE/../../shared/peers
+PEERS=${PEERS_DIR:-$HERE/../../shared/peers}
 OUT=$(mktemp -d /tmp/tpcomm-compare-XXXXXX)
 trap 'rm -rf "$OUT"' EXIT
 have() { command -v "$1" >/dev/null 2>&1; }
@@ -40,7 +41,7 @@ bytes() {  # 8 -> 8, 128K -> 131072, 256M -> 268435456
   esac
 }
 
-# The peers' schedule (peers::schedule_for in ../shared/peers/bench_common.h) as tpbench flags:
+# The peers' schedule (peers::schedule_for in $PEERS/bench_common.h) as tpbench flags:
 # warm-up calls, timed samples (a barrier, then a batch of calls) and the batch; the median
 # sample is reported, as for every peer.
 schedule() {  # bytes -> "-w W --samples S -n B"
@@ -69,20 +70,6 @@ tpcomm_run() {  # transport peer-name
 }
 
 echo "META load $(cut -d' ' -f1-3 /proc/loadavg) before the run, $(nproc) cores" >"$OUT/meta.txt"
-# The floor of the minute: an 8-byte exchange of two processes through one shared cache line
-# (bench/exchange_floor.cpp mode 1), what shm 8-byte all_reduce costs at least. It moves with
-# the vCPUs' placement (0.06-0.19 us on the development VM; 0.05-0.06 close and 0.25 far on the
-# session-11 Zen 4 VM), so each table carries its own.
-floor() {
-  [[ -x $OUT/exchange_floor ]] || return
-  local f
-  f=$(timeout -s KILL 60 "$OUT/exchange_floor" 1 2>/dev/null | tail -1 | sed 's/^mode 1 (one shared line): //')
-  echo "META exchange floor $1 (bench/exchange_floor.cpp mode 1): ${f:-failed}" >>"$OUT/meta.txt"
-}
-if [[ -f $HERE/exchange_floor.cpp ]]; then
-  g++ -O2 -std=c++20 -o "$OUT/exchange_floor" "$HERE/exchange_floor.cpp" 2>/dev/null
-fi
-floor "before the run"
 mpi=0 gloo=0
 if have mpicxx && have mpirun && [[ -f $PEERS/mpi_bench.cpp ]]; then
   mpicxx -O3 -march=native -std=c++17 -o "$OUT/mpi_bench" "$PEERS/mpi_bench.cpp" && mpi=1
@@ -111,7 +98,6 @@ for i in $(seq "$REPEATS"); do
       --sizes "$SIZES" --ops "$OPS" >"$OUT/gloo-tcp.run$i.txt" 2>/dev/null
   fi
 done
-floor "after the run"
 echo "META load $(cut -d' ' -f1-3 /proc/loadavg) after the run" >>"$OUT/meta.txt"
 order=tpcomm-shm,mpi-shm,mpi-ucx,tpcomm-tcp,mpi-tcp,gloo-tcp
 if [[ -f $PEERS/collate.py ]] &&

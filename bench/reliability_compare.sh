@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Cost of the flight recorder and the collective signatures on 8-byte all_reduce (issue 6:
+# Cost of the flight recorder and the collective signatures on 8-byte all_reduce (the budget:
 # under 2 %): interleaved tprun + tpbench runs with both on (the default) and both off
 # (TPCOMM_FLIGHT_RECORDER=0 TPCOMM_CHECK_SIGNATURE=0), over shm (shm_direct) and tcp; prints
 # the median and best of the out-of-place and in-place times per configuration.
