@@ -24,7 +24,7 @@ struct BenchOptions {
   int iters = 20;                                  ///< -n
   int warmup = 5;                                  ///< -w
   /// --samples S: S timed samples, each a barrier then -n iterations; the time shown is the
-  /// median sample (each sample the slowest rank's), as ../shared/peers measures. 1: one
+  /// median sample (each sample the slowest rank's), as the peers' benchmarks measure. 1: one
   /// sample, the mean of -n iterations, as nccl-tests measures.
   int samples = 1;
   bool check = true;       ///< -c 0|1

@@ -107,7 +107,7 @@ Measure measure(BenchComm& bc, BenchCall& call, const BenchOptions& o, std::stri
   const char* a = "";
   for (int i = 0; i < o.warmup; ++i) a = bc.run(call);
   // Each sample: a barrier, then -n back-to-back calls; its time is the slowest rank's mean.
-  // One sample is nccl-tests' measure; several give their median, as ../shared/peers does.
+  // One sample is nccl-tests' measure; several give their median, as the peers' benchmarks do.
   std::vector<double> samples;
   samples.reserve(static_cast<size_t>(std::max(o.samples, 1)));
   for (int s = 0; s < std::max(o.samples, 1); ++s) {

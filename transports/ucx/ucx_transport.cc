@@ -175,8 +175,8 @@ UcxTransport::UcxTransport(const transport::TransportContext& ctx, const Options
   // (no CTS round trip) and the receiver takes it with ucp_tag_recv_nbx. Not when put is
   // forced to ucp_put_nbx (TPCOMM_UCX_PUT=rma): then the protocol's puts are what is asked for.
   caps_.tagged_data = opt_.tagged && opt_.put != PutMode::Rma;
-  // Measured (bench/RESULTS.md): over UCX's tcp the CTS path moves 2-16 MiB 10-20% faster in
-  // the same run (not understood yet); at 1 MiB the tagged path is faster.
+  // Measured: over UCX's tcp the CTS path moves 2-16 MiB 10-20% faster in the same run (the
+  // cause is not known); at 1 MiB the tagged path is faster.
   caps_.tagged_data_max = opt_.tagged_max;
   // The RTS inside UCX's rendezvous RTS: one message per transfer instead of two (to each peer
   // that takes it; to others the endpoint sends the two).
@@ -806,7 +806,7 @@ bool UcxTransport::arm() {
   if (!completed_.empty() || !errors_.empty()) return false;
   // A rendezvous transfer that UCX is moving right now (tcp: chunk after chunk through
   // ucp_worker_progress) is polled, not slept on: a wake-up per chunk through the event fd
-  // cost ~20% of large-message bandwidth over tcp (bench/RESULTS.md). Once UCX has moved
+  // costs ~20% of large-message bandwidth over tcp. Once UCX has moved
   // nothing for kBusyPoll (the peer copies, or is descheduled), sleep as usual.
   if (moving(arm_watch_)) return false;
   if (efd_ < 0) return true;
