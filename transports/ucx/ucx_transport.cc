@@ -220,8 +220,8 @@ void UcxTransport::drain_completed() {
 void UcxTransport::close_endpoints() {
   // Close endpoints: flush what was sent, force where the peer is gone. An eager send reported
   // complete may still sit in UCX: the flush is what delivers it, so it is waited for while
-  // the peer lives (a starved machine took more than the 3 s this wait used to have, and the
-  // purge then lost messages the peer was waiting for), up to TPCOMM_UCX_CLOSE_TIMEOUT, and
+  // the peer lives (on a starved machine it can take more than 3 s, and a purge would lose
+  // messages the peer is waiting for), up to TPCOMM_UCX_CLOSE_TIMEOUT, and
   // given up at once for a peer that exits or fails meanwhile.
   //
   // Work on the user's memory goes first: the engine has already failed the operations it
@@ -319,8 +319,8 @@ UcxTransport::~UcxTransport() {
   drain_completed();
   // The requests still live are freed only after the worker: ucp_worker_destroy purges the
   // sends still pending on endpoints that did not close (a peer gone, the close wait spent)
-  // and calls their callbacks, which write into the Req (a segfault in send_cb when the Reqs
-  // were deleted first: P2P/Semantics.TenThousandOutstandingSmallIsends/ucx under load).
+  // and calls their callbacks, which write into the Req (deleting the Reqs first would let
+  // send_cb write into freed memory: P2P/Semantics.TenThousandOutstandingSmallIsends/ucx).
   u_.ucp_worker_destroy(worker_);
   worker_ = nullptr;
   for (Req* r : live_) delete r;  // no callbacks after the worker is gone
@@ -754,7 +754,7 @@ int UcxTransport::progress(transport::EventSink& sink) {
     if (n == 0 || !completed_.empty() || !errors_.empty()) break;
   }
   // No clock on the busy path (a round of a tcp stream is a few microseconds, and clock reads
-  // were a visible share of it): moving() notices moved_rounds_ change, and the pid watch is
+  // would be a visible share of it): moving() notices moved_rounds_ change, and the pid watch is
   // looked at on every idle call but only every 16th one that moved something.
   if (moved != 0) {
     if (transfers_ > 0) ++moved_rounds_;
