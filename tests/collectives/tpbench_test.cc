@@ -16,6 +16,7 @@
 #include "bench/bench_options.h"
 #include "bench/bench_output.h"
 #include "bench/bench_runner.h"
+#include "core/json.h"
 #include "tpcomm/error.hpp"
 
 namespace tpcomm::bench {
@@ -212,13 +213,23 @@ TEST(TpbenchOutput, TableHasNcclTestsColumnsAndClosingLines) {
 TEST(TpbenchOutput, JsonAndCsv) {
   std::ostringstream js, cs;
   print_json(js, BenchOptions{}, sample());
-  EXPECT_HAS(js.str(), "\"nranks\": 4");
-  EXPECT_HAS(js.str(),
-             "{\"op\": \"allreduce\", \"size\": 1024, \"count\": 256, \"type\": \"float32\", "
-             "\"redop\": \"sum\", \"root\": -1, \"algorithm\": \"ring\", \"out_of_place\": "
-             "{\"time_us\": 10.000, \"algbw\": 0.1024, \"busbw\": 0.1536, \"wrong\": 0}");
-  EXPECT_HAS(js.str(), "\"in_place\": null");
-  EXPECT_HAS(js.str(), "\"avg_busbw\": 0.1280, \"wrong\": 3}");
+  // The whole document, parsed: same fields, same figures as the table and the CSV.
+  json::Json got = json::parse(js.str(), "tpbench --json");
+  json::Json want = json::parse(R"({
+    "tpbench": {"nranks": 4, "transport": "local", "iters": 20, "warmup": 5, "samples": 1,
+                "check": true, "algorithm": ""},
+    "results": [
+      {"op": "allreduce", "size": 1024, "count": 256, "type": "float32", "redop": "sum",
+       "root": -1, "algorithm": "ring",
+       "out_of_place": {"time_us": 10.000, "algbw": 0.1024, "busbw": 0.1536, "wrong": 0},
+       "in_place": {"time_us": 20.000, "algbw": 0.0512, "busbw": 0.0768, "wrong": 0}},
+      {"op": "gather", "size": 1024, "count": 256, "type": "float32", "redop": "none",
+       "root": 0, "algorithm": "ring",
+       "out_of_place": {"time_us": 10.000, "algbw": 0.1024, "busbw": 0.1536, "wrong": 3},
+       "in_place": null}],
+    "avg_busbw": 0.1280, "wrong": 3})",
+                                "expected");
+  EXPECT_EQ(got, want) << js.str();
   print_csv(cs, BenchOptions{}, sample());
   EXPECT_HAS(cs.str(), "op,size,count,type,redop,root,algorithm,oop_time_us");
   EXPECT_HAS(cs.str(), "allreduce,1024,256,float32,sum,-1,ring,10.000,0.1024,0.1536,0,20.000,");
@@ -285,8 +296,15 @@ TEST(TpbenchRun, ForcedAlgorithmIsReportedAndJsonWorks) {
   auto [rc, text] = tpbench({"--threads", "4", "-a", "tree", "-b", "1K", "-e", "16K", "-f", "4",
                              "-n", "2", "-w", "0", "--slice", "256", "--json"});
   EXPECT_EQ(rc, 0) << text;
-  EXPECT_HAS(text, "\"algorithm\": \"tree\", \"out_of_place\"");
-  EXPECT_HAS(text, "\"wrong\": 0}");
+  json::Json doc = json::parse(text, "tpbench --json");
+  EXPECT_EQ(doc["tpbench"]["algorithm"], "tree");
+  EXPECT_EQ(doc["wrong"], 0);
+  const json::Json& rows = json::as_array(doc["results"], "results");
+  ASSERT_EQ(rows.size(), 3u) << text;  // 1K, 4K, 16K
+  for (const json::Json& row : rows) {
+    EXPECT_EQ(row["algorithm"], "tree") << row;
+    EXPECT_EQ(row["out_of_place"]["wrong"], 0) << row;
+  }
 }
 
 TEST(TpbenchRun, OptionsThatDoNotFitTheGroupFailClearly) {

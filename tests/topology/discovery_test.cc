@@ -8,7 +8,6 @@
 #include <set>
 
 #include "core/config.h"
-#include "topology/json.h"
 #include "topology/topo_test_util.h"
 #include "tpcomm/error.hpp"
 

@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <string>
 
-#include "topology/json.h"
+#include "core/json.h"
 #include "topology/topo_test_util.h"
 
 namespace tpcomm::topo {
@@ -88,14 +88,14 @@ TEST(Tpinfo, JsonReportParses) {
   Result r = tpinfo("--json --topo " + testing::shared_dir() +
                     "/aws-g4dn.metal-8xT4-1efa-nic-on-socket1.xml");
   ASSERT_EQ(r.status, 0) << r.out;
-  json::Value v = json::parse(r.out, "tpinfo --json");
-  ASSERT_NE(v.find("topology"), nullptr);
-  EXPECT_EQ(topology_from_json(json::write(*v.find("topology"))).gpus.size(), 8u);
-  const json::Array& pairs = v.find("gpu_nic")->as_array("gpu_nic");
+  json::Json v = json::parse(r.out, "tpinfo --json");
+  ASSERT_NE(json::find(v, "topology"), nullptr);
+  EXPECT_EQ(topology_from_json(json::dump(v["topology"])).gpus.size(), 8u);
+  const json::Json& pairs = json::as_array(v["gpu_nic"], "gpu_nic");
   ASSERT_EQ(pairs.size(), 8u);
-  for (const json::Value& p : pairs) EXPECT_FALSE(p.find("gdr")->as_bool("gdr"));
-  EXPECT_FALSE(v.find("variables")->as_array("variables").empty());
-  EXPECT_EQ(v.find("transports")->as_array("transports").size(), 4u);
+  for (const json::Json& p : pairs) EXPECT_FALSE(json::as_bool(p["gdr"], "gdr"));
+  EXPECT_FALSE(json::as_array(v["variables"], "variables").empty());
+  EXPECT_EQ(json::as_array(v["transports"], "transports").size(), 4u);
 }
 
 TEST(Tpinfo, EveryStoredMachineAndFixtureReports) {
