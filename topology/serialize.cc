@@ -234,7 +234,7 @@ std::string to_json(const Topology& t, int indent) {
   v["gpus"] = std::move(gp);
   v["nics"] = std::move(ni);
   v["netifs"] = std::move(ne);
-  return json::dump(v, indent);
+  return json::dump(v, indent > 0 ? indent : -1);
 }
 
 Topology topology_from_json(std::string_view text, std::string_view what) {
