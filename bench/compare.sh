@@ -8,6 +8,7 @@
 #
 #   bench/compare.sh [BUILD_DIR]                       # default: build
 #   SIZES=8,128K,256M REPEATS=3 bench/compare.sh build
+#   PLOT=sweep.png bench/compare.sh build              # picture: default compare.png, PLOT= none
 #
 # tpcomm's columns come from `tpbench --csv` (nccl-tests busbw) with the same buffers as the
 # peers' calls: all_reduce and all_gather out of place (MPI_Allreduce and MPI_Allgather take a
@@ -15,12 +16,14 @@
 # have one buffer, the root's being the source; tpbench's out-of-place broadcast adds a copy at
 # the root that no peer makes). The runs use the peers' schedule (warm-up, median of timed
 # samples); each run is killed after 300 s. Peers that cannot be built here are left out with a
-# note.
+# note. Beside the table, tools/tpplot draws busbw and time against size for every column into
+# $PLOT (the median of the repeats per size).
 set -u
 BUILD=${1:-build}
 SIZES=${SIZES:-8,128,2K,32K,128K,512K,2M,8M,32M,256M}
 REPEATS=${REPEATS:-3}
 OPS=${OPS:-allreduce,broadcast,allgather}
+PLOT=${PLOT-compare.png}
 # mpirun binds each of its 2 ranks to a core by default; tprun does when asked. BIND= (empty)
 # leaves tpcomm's ranks to the scheduler, as torchrun does.
 BIND=${BIND---bind-to core}
@@ -105,5 +108,13 @@ if [[ -f $PEERS/collate.py ]] &&
   sed -n '/^## \(allreduce\|broadcast\|allgather\)$/,/^## Who wins/p' "$OUT/report.md" | sed '$d'
 else
   cat "$OUT"/*.txt
+fi
+if [[ -n $PLOT ]]; then
+  if "$HERE/../tools/tpplot" -o "$PLOT" --title "tpcomm beside its peers, 2 ranks on $(hostname)" \
+       "$OUT"/*.run*.txt >/dev/null 2>"$OUT/tpplot.err"; then
+    echo "META plot (busbw and time against size): $PLOT" >>"$OUT/meta.txt"
+  else
+    echo "META no plot: $(tail -1 "$OUT/tpplot.err")" >>"$OUT/meta.txt"
+  fi
 fi
 cat "$OUT/meta.txt"

@@ -8,7 +8,7 @@
 set -euo pipefail
 
 pkgs=(cmake ninja-build g++ clang pkg-config make
-      libhwloc-dev hwloc
+      libhwloc-dev hwloc nlohmann-json3-dev libssl-dev graphviz python3-matplotlib
       libibverbs-dev librdmacm-dev ibverbs-providers rdma-core
       libucx-dev ucx-utils
       libgtest-dev libgmock-dev googletest libbenchmark-dev

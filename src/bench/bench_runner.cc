@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "bench/bench_buffer.h"
+#include "bench/bench_progress.h"
 #include "collectives/select.h"
 #include "tpcomm/error.hpp"
 
@@ -160,7 +161,37 @@ double busbw_gbps(const OpDesc& op, size_t bytes, double time_us, int n) {
   return algbw_gbps(bytes, time_us) * op.bus_factor(n);
 }
 
-SweepResult run_sweep(BenchComm& bc, const BenchOptions& o) {
+// Every (operation, dtype, reduction, size) of the sweep, in the order they run. Throws for a
+// reduction the only dtype does not support (otherwise such pairs are skipped).
+std::vector<Step> plan_sweep(const BenchOptions& o) {
+  std::vector<Step> plan;
+  const bool single = o.dtypes.size() == 1 && o.redops.size() == 1;
+  for (const std::string& name : o.ops) {
+    const OpDesc& d = *find_bench_op(name);
+    for (DType dt : o.dtypes) {
+      std::vector<std::optional<ReduceOp>> redops;
+      if (d.reduces) {
+        for (ReduceOp op : o.redops) {
+          if (reduce_op_supports(op, dt)) {
+            redops.emplace_back(op);
+          } else if (single && o.ops.size() == 1) {
+            throw InvalidArgument(std::string("tpbench: --redop ") + reduce_op_name(op) +
+                                  " is not defined on " + dtype_name(dt) +
+                                  " (bitwise ops take integer and bool types; avg and premul_sum "
+                                  "floating types)");
+          }
+        }
+      } else {
+        redops.emplace_back(std::nullopt);
+      }
+      for (const auto& redop : redops)
+        for (size_t bytes : sweep_sizes(o)) plan.push_back(Step{&d, dt, redop, bytes});
+    }
+  }
+  return plan;
+}
+
+SweepResult run_sweep(BenchComm& bc, const BenchOptions& o, SweepProgress* progress) {
   SweepResult res;
   res.nranks = bc.size();
   res.transport = bc.transport();
@@ -188,61 +219,46 @@ SweepResult run_sweep(BenchComm& bc, const BenchOptions& o) {
     throw InvalidArgument("tpbench: no selected operation has an algorithm '" + o.algorithm +
                           "' (-a); " + names);
   }
-  const bool single = o.dtypes.size() == 1 && o.redops.size() == 1;
-  for (const std::string& name : o.ops) {
-    const OpDesc& d = *find_bench_op(name);
-    std::string algo_for_op =
-        d.coll && !o.algorithm.empty() && coll::find_algorithm(*d.coll, o.algorithm) ? o.algorithm
-                                                                                     : "";
-    for (DType dt : o.dtypes) {
-      std::vector<std::optional<ReduceOp>> redops;
-      if (d.reduces) {
-        for (ReduceOp op : o.redops) {
-          if (reduce_op_supports(op, dt)) {
-            redops.emplace_back(op);
-          } else if (single && o.ops.size() == 1) {
-            throw InvalidArgument(std::string("tpbench: --redop ") + reduce_op_name(op) +
-                                  " is not defined on " + dtype_name(dt) +
-                                  " (bitwise ops take integer and bool types; avg and premul_sum "
-                                  "floating types)");
-          }
-        }
-      } else {
-        redops.emplace_back(std::nullopt);
-      }
-      for (const auto& redop : redops) {
-        for (size_t bytes : sweep_sizes(o)) {
-          const size_t es = dtype_size(dt);
-          BenchCall call;
-          call.op = &d;
-          call.shape = d.shape(bytes, es, n, r, o.root);
-          BenchBuffer send(call.shape.send_elems * es, o.thp);
-          BenchBuffer recv(call.shape.recv_elems * es, o.thp);
-          call.send = send.data();
-          call.recv = recv.data();
-          call.dtype = dt;
-          call.redop = redop.value_or(ReduceOp::SUM);
-          call.premul_scale = kPremulScale;
-          call.root = o.root;
-          call.algorithm = algo_for_op;
-          call.slice_bytes = o.slice_bytes;
-          Row row;
-          row.op = d.name;
-          row.size = call.shape.size_bytes;
-          row.count = call.shape.count;
-          row.dtype = dt;
-          row.redop = redop;
-          row.root = d.rooted ? o.root : -1;
-          row.oop = measure(bc, call, o, &row.algorithm);
-          if (d.in_place) {
-            call.in_place = true;
-            row.ip = measure(bc, call, o, &row.algorithm);
-          }
-          res.rows.push_back(row);
-        }
-      }
-    }
+  std::vector<Step> plan = plan_sweep(o);
+  if (progress && r == 0) {
+    std::vector<size_t> bytes;
+    for (const Step& s : plan) bytes.push_back(s.bytes);
+    progress->start(std::move(bytes));
   }
+  for (const Step& s : plan) {
+    const OpDesc& d = *s.op;
+    const size_t es = dtype_size(s.dtype);
+    BenchCall call;
+    call.op = &d;
+    call.shape = d.shape(s.bytes, es, n, r, o.root);
+    BenchBuffer send(call.shape.send_elems * es, o.thp);
+    BenchBuffer recv(call.shape.recv_elems * es, o.thp);
+    call.send = send.data();
+    call.recv = recv.data();
+    call.dtype = s.dtype;
+    call.redop = s.redop.value_or(ReduceOp::SUM);
+    call.premul_scale = kPremulScale;
+    call.root = o.root;
+    call.algorithm = d.coll && !o.algorithm.empty() && coll::find_algorithm(*d.coll, o.algorithm)
+                         ? o.algorithm
+                         : "";
+    call.slice_bytes = o.slice_bytes;
+    Row row;
+    row.op = d.name;
+    row.size = call.shape.size_bytes;
+    row.count = call.shape.count;
+    row.dtype = s.dtype;
+    row.redop = s.redop;
+    row.root = d.rooted ? o.root : -1;
+    row.oop = measure(bc, call, o, &row.algorithm);
+    if (d.in_place) {
+      call.in_place = true;
+      row.ip = measure(bc, call, o, &row.algorithm);
+    }
+    if (progress && r == 0) progress->step(row);
+    res.rows.push_back(std::move(row));
+  }
+  if (progress && r == 0) progress->finish();
   return res;
 }
 

@@ -3,7 +3,13 @@
 // sweeps of every operation, dtype and reduction over in-process ranks with checking on.
 #include "bench/tpbench.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <poll.h>
+#include <pty.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -15,7 +21,9 @@
 #include "bench/bench_ops.h"
 #include "bench/bench_options.h"
 #include "bench/bench_output.h"
+#include "bench/bench_progress.h"
 #include "bench/bench_runner.h"
+#include "core/json.h"
 #include "tpcomm/error.hpp"
 
 namespace tpcomm::bench {
@@ -212,13 +220,23 @@ TEST(TpbenchOutput, TableHasNcclTestsColumnsAndClosingLines) {
 TEST(TpbenchOutput, JsonAndCsv) {
   std::ostringstream js, cs;
   print_json(js, BenchOptions{}, sample());
-  EXPECT_HAS(js.str(), "\"nranks\": 4");
-  EXPECT_HAS(js.str(),
-             "{\"op\": \"allreduce\", \"size\": 1024, \"count\": 256, \"type\": \"float32\", "
-             "\"redop\": \"sum\", \"root\": -1, \"algorithm\": \"ring\", \"out_of_place\": "
-             "{\"time_us\": 10.000, \"algbw\": 0.1024, \"busbw\": 0.1536, \"wrong\": 0}");
-  EXPECT_HAS(js.str(), "\"in_place\": null");
-  EXPECT_HAS(js.str(), "\"avg_busbw\": 0.1280, \"wrong\": 3}");
+  // The whole document, parsed: same fields, same figures as the table and the CSV.
+  json::Json got = json::parse(js.str(), "tpbench --json");
+  json::Json want = json::parse(R"({
+    "tpbench": {"nranks": 4, "transport": "local", "iters": 20, "warmup": 5, "samples": 1,
+                "check": true, "algorithm": ""},
+    "results": [
+      {"op": "allreduce", "size": 1024, "count": 256, "type": "float32", "redop": "sum",
+       "root": -1, "algorithm": "ring",
+       "out_of_place": {"time_us": 10.000, "algbw": 0.1024, "busbw": 0.1536, "wrong": 0},
+       "in_place": {"time_us": 20.000, "algbw": 0.0512, "busbw": 0.0768, "wrong": 0}},
+      {"op": "gather", "size": 1024, "count": 256, "type": "float32", "redop": "none",
+       "root": 0, "algorithm": "ring",
+       "out_of_place": {"time_us": 10.000, "algbw": 0.1024, "busbw": 0.1536, "wrong": 3},
+       "in_place": null}],
+    "avg_busbw": 0.1280, "wrong": 3})",
+                                "expected");
+  EXPECT_EQ(got, want) << js.str();
   print_csv(cs, BenchOptions{}, sample());
   EXPECT_HAS(cs.str(), "op,size,count,type,redop,root,algorithm,oop_time_us");
   EXPECT_HAS(cs.str(), "allreduce,1024,256,float32,sum,-1,ring,10.000,0.1024,0.1536,0,20.000,");
@@ -285,8 +303,15 @@ TEST(TpbenchRun, ForcedAlgorithmIsReportedAndJsonWorks) {
   auto [rc, text] = tpbench({"--threads", "4", "-a", "tree", "-b", "1K", "-e", "16K", "-f", "4",
                              "-n", "2", "-w", "0", "--slice", "256", "--json"});
   EXPECT_EQ(rc, 0) << text;
-  EXPECT_HAS(text, "\"algorithm\": \"tree\", \"out_of_place\"");
-  EXPECT_HAS(text, "\"wrong\": 0}");
+  json::Json doc = json::parse(text, "tpbench --json");
+  EXPECT_EQ(doc["tpbench"]["algorithm"], "tree");
+  EXPECT_EQ(doc["wrong"], 0);
+  const json::Json& rows = json::as_array(doc["results"], "results");
+  ASSERT_EQ(rows.size(), 3u) << text;  // 1K, 4K, 16K
+  for (const json::Json& row : rows) {
+    EXPECT_EQ(row["algorithm"], "tree") << row;
+    EXPECT_EQ(row["out_of_place"]["wrong"], 0) << row;
+  }
 }
 
 TEST(TpbenchRun, OptionsThatDoNotFitTheGroupFailClearly) {
@@ -328,6 +353,96 @@ TEST(BenchBufferTest, AViewOfABadDescriptorFailsClearly) {
   } catch (const Error& e) {
     EXPECT_HAS(e.what(), "cannot map a 4096-byte view");
   }
+}
+
+// ---- progress on a terminal ---------------------------------------------------------------
+
+TEST(TpbenchProgress, EstimateScalesTheLastStepBySizeAndLineSaysWhatRan) {
+  // Steps of 1, 2 and 4 KiB, then 1 MiB: after the 2 KiB step took 2 s (fastest 1 s), the
+  // 4 KiB step should take 4 s and the 1 MiB one 1024 s.
+  std::vector<size_t> bytes = {1024, 2048, 4096, 1 << 20};
+  EXPECT_DOUBLE_EQ(SweepProgress::estimate_left(bytes, 2, 2.0, 1.0), 4.0 + 1024.0);
+  // Small steps cost at least the fastest one seen (per-call overheads do not shrink).
+  EXPECT_DOUBLE_EQ(SweepProgress::estimate_left({1 << 20, 8, 8}, 1, 1.0, 0.5), 1.0);
+  EXPECT_DOUBLE_EQ(SweepProgress::estimate_left(bytes, 4, 9.0, 1.0), 0.0);
+  Row row = sample().rows[0];
+  EXPECT_EQ(SweepProgress::line(2, 4, row, 1028),
+            "tpbench: 2/4 allreduce 1024 B float32: 10.0 us, busbw 0.15 GB/s; about 17 min 08 s "
+            "left");
+  EXPECT_EQ(SweepProgress::line(4, 4, row, 0),
+            "tpbench: 4/4 allreduce 1024 B float32: 10.0 us, busbw 0.15 GB/s");
+  row.oop = {};
+  EXPECT_EQ(SweepProgress::line(1, 4, row, 3.2),
+            "tpbench: 1/4 allreduce 1024 B float32: 20.0 us, busbw 0.08 GB/s; about 4 s left");
+}
+
+TEST(TpbenchProgress, RankZeroRewritesOneLineAndClearsIt) {
+  BenchOptions o =
+      parse_bench_args({"--threads", "2", "-b", "8", "-e", "512", "-f", "8", "-n", "2", "-w", "0"});
+  std::ostringstream out, err, quiet_out, quiet_err;
+  ASSERT_EQ(run_tpbench(o, out, err, true), 0) << err.str();
+  std::string e = err.str();
+  for (const char* part :
+       {"\rtpbench: 1/3 allreduce 8 B float32: ", "\rtpbench: 2/3 allreduce 64 B",
+        "\rtpbench: 3/3 allreduce 512 B float32: ", " left\033[K"})
+    EXPECT_HAS(e, part);
+  EXPECT_EQ(e.substr(e.size() - 4), "\r\033[K") << "the line is cleared at the end";
+  EXPECT_EQ(std::count(e.begin(), e.end(), '\n'), 0) << "nothing but the one line";
+  ASSERT_EQ(run_tpbench(o, quiet_out, quiet_err, false), 0);
+  EXPECT_EQ(quiet_err.str(), "");
+  std::string o1 = out.str(), o2 = quiet_out.str();
+  EXPECT_HAS(o1, "# Avg bus bandwidth");
+  EXPECT_EQ(std::count(o1.begin(), o1.end(), '\n'), std::count(o2.begin(), o2.end(), '\n'));
+}
+
+// Runs bin/tpbench with stdout to /dev/null and stderr on a pseudo-terminal (on_tty) or a pipe;
+// returns what reached stderr. Bounded: the child is killed after 120 s.
+std::string tpbench_stderr(bool on_tty, const std::vector<std::string>& args) {
+  std::string bin = std::string(TPCOMM_TEST_BIN_DIR) + "/tpbench";
+  std::vector<char*> argv = {bin.data()};
+  std::vector<std::string> copy = args;
+  for (std::string& a : copy) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  int fds[2] = {-1, -1};
+  if (on_tty) {
+    if (openpty(&fds[0], &fds[1], nullptr, nullptr, nullptr) != 0) return "openpty failed";
+  } else if (pipe(fds) != 0) {
+    return "pipe failed";
+  }
+  pid_t pid = fork();
+  if (pid == 0) {
+    int null = open("/dev/null", O_WRONLY);
+    dup2(null, 1);
+    dup2(fds[1], 2);
+    close(fds[0]);
+    execv(bin.c_str(), argv.data());
+    _exit(127);
+  }
+  close(fds[1]);
+  std::string got;
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (std::chrono::steady_clock::now() < until) {
+    pollfd p{fds[0], POLLIN, 0};
+    if (poll(&p, 1, 1000) <= 0) continue;
+    char buf[4096];
+    ssize_t n = read(fds[0], buf, sizeof buf);
+    if (n <= 0) break;  // EOF (pipe) or EIO (pty: the child closed its end)
+    got.append(buf, static_cast<size_t>(n));
+  }
+  close(fds[0]);
+  kill(pid, SIGKILL);
+  int st = 0;
+  waitpid(pid, &st, 0);
+  return got;
+}
+
+TEST(TpbenchProgress, OnlyOnATerminal) {
+  std::vector<std::string> args = {"--threads", "2", "-b", "8", "-e", "64",
+                                   "-f",        "8", "-n", "2", "-w", "0"};
+  EXPECT_EQ(tpbench_stderr(false, args), "") << "piped: nothing beyond the results";
+  std::string tty = tpbench_stderr(true, args);
+  EXPECT_HAS(tty, "\rtpbench: 1/2 allreduce 8 B float32: ");
+  EXPECT_HAS(tty, "\rtpbench: 2/2 allreduce 64 B float32: ");
 }
 
 }  // namespace

@@ -2,26 +2,31 @@
 // transports built and usable here and why not, the topology as a compact tree, the GPU x NIC
 // relations with the GPUDirect decision and its reason, the NIC each buffer location would
 // use, and every TPCOMM_* variable with its value, default and meaning.
-#include <cstdio>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 
 #include "core/config.h"
+#include "graph.h"
 #include "pg/link_report.h"
 #include "report.h"
-#include "trace.h"
 #include "tpcomm/error.hpp"
+#include "trace.h"
 
 namespace {
 
 constexpr const char* kUsage =
-    "usage: tpinfo [--topo FILE] [--json] [--links [--timeout SEC] [--bytes N]] [--trace DIR]\n"
+    "usage: tpinfo [--topo FILE] [--json | --graph OUT.svg|OUT.dot]\n"
+    "              [--links [--timeout SEC] [--bytes N]] [--trace DIR]\n"
     "  (no option)   report on this machine (TPCOMM_TOPO_FILE replaces the discovery)\n"
     "  --topo FILE   report on a stored machine: an hwloc XML export (v1 or v2) or a tpcomm\n"
     "                JSON dump (TPCOMM_TOPO_DUMP_FILE); nothing is bound\n"
     "  --json        the same report as one JSON document\n"
+    "  --graph OUT   draw the topology tree (packages, NUMA nodes, PCIe bridges, GPUs, NICs)\n"
+    "                with the NIC chosen for each GPU (GPUDirect or staged, and why) with\n"
+    "                Graphviz: OUT.svg (runs dot) or OUT.dot\n"
     "  --vars-markdown  every TPCOMM_* variable as a markdown table (for the README)\n"
     "  --links       rank x rank matrix of the transport chosen for each link and why, with a\n"
     "                preflight of every link (8 B and --bytes, default 1 MiB, each way within\n"
@@ -42,6 +47,7 @@ int usage_error(const std::string& what) {
 int main(int argc, char** argv) {
   std::string topo_file;
   bool json = false;
+  std::string graph;
   bool links = false;
   tpcomm::tpinfo::LinksOptions link_options;
   for (int i = 1; i < argc; ++i) {
@@ -56,6 +62,9 @@ int main(int argc, char** argv) {
       if (topo_file.empty()) return usage_error("--topo needs a file name");
     } else if (a == "--json") {
       json = true;
+    } else if (a == "--graph") {
+      if (i + 1 >= argc || argv[i + 1][0] == '\0') return usage_error("--graph needs a file name");
+      graph = argv[++i];
     } else if (a == "--vars-markdown") {
       // The README's table of variables, generated from the registry.
       std::fputs("| variable | type | default | meaning |\n| --- | --- | --- | --- |\n", stdout);
@@ -115,6 +124,11 @@ int main(int argc, char** argv) {
     in.topology = in.stored ? tpcomm::topo::load_file(topo_file) : tpcomm::topo::load_configured();
     in.transports = tpcomm::topo::probe_transports();
     in.nic_options = tpcomm::topo::NicOptions::from_config();
+    if (!graph.empty()) {
+      tpcomm::tpinfo::write_graph(tpcomm::tpinfo::topology_dot(in.topology, in.nic_options), graph);
+      std::printf("tpinfo: wrote %s\n", graph.c_str());
+      return 0;
+    }
     std::string out = json ? tpcomm::tpinfo::json_report(in) : tpcomm::tpinfo::text_report(in);
     std::fwrite(out.data(), 1, out.size(), stdout);
     return 0;
