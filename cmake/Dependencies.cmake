@@ -3,6 +3,8 @@
 # when missing, OFF leaves it out.
 find_package(Threads REQUIRED)
 find_package(PkgConfig REQUIRED)
+# The tools' command lines (header-only; Debian: libcli11-dev).
+find_package(CLI11 REQUIRED CONFIG)
 pkg_check_modules(HWLOC REQUIRED IMPORTED_TARGET hwloc>=2.0)
 # JSON (header-only) and libcrypto's HMAC-SHA256, both used inside libtpcomm only.
 find_package(nlohmann_json 3.10 REQUIRED)

@@ -41,6 +41,7 @@ struct Options {
   std::chrono::milliseconds grace{5000};  ///< SIGTERM to SIGKILL when stopping workers.
   bool prefix_output = true;              ///< "[rank N]: " before each line of worker output.
   bool help = false;                      ///< -h/--help was given: print usage() and exit 0.
+  bool version = false;                   ///< --version was given: print it and exit 0.
   /// --bind-to core: local rank i runs on the i-th CPU tprun may use (wrapping when there are
   /// more ranks than CPUs), as mpirun binds by default; false (none): the scheduler decides,
   /// as under torchrun.

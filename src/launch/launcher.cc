@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "core/cli.h"
 #include "core/config.h"
 #include "core/deadline.h"
 #include "core/log.h"
@@ -570,6 +571,10 @@ int main(int argc, const char* const* argv) {
       print(o.out_fd, usage(prog));
       return 0;
     }
+    if (o.version) {
+      print(o.out_fd, cli::version_line(prog) + "\n");
+      return 0;
+    }
     // Processes a worker leaves behind are reparented to tprun, which reaps them, rather
     // than to an init that might not. Only when this process has no children yet: called
     // in-process (tests), other children are not tprun's to reap.
@@ -590,7 +595,10 @@ int main(int argc, const char* const* argv) {
     print(2, std::string(e.what()) + "\n");
     return 2;
   } catch (const std::exception& e) {
-    print(2, std::string(e.what()) + "\n");
+    print(2, "tprun: error: " + std::string(e.what()) + "\n");
+    return 1;
+  } catch (...) {
+    print(2, "tprun: error: an unknown exception\n");
     return 1;
   }
 }

@@ -39,9 +39,7 @@ Result sh(const std::string& cmd) {
   return r;
 }
 
-Result tool(const std::string& name, const std::string& args) {
-  return sh(bin(name) + " " + args);
-}
+Result tool(const std::string& name, const std::string& args) { return sh(bin(name) + " " + args); }
 
 bool has(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;
@@ -97,10 +95,10 @@ TEST(ToolFlags, TprunAcceptsEveryFlagAndAlias) {
   for (const char* help : {"-h", "--help"}) {
     Result r = tool("tprun", help);
     EXPECT_EQ(r.status, 0) << r.out;
-    for (const char* flag : {"--nproc-per-node", "--nnodes", "--node-rank", "--master-addr",
-                             "--master-port", "--standalone", "--max-restarts", "--log-dir",
-                             "--redirects", "--tee", "--rdzv-endpoint", "--rdzv-backend",
-                             "--rdzv-id", "--run-id", "--job-id", "--no-prefix", "--bind-to"})
+    for (const char* flag :
+         {"--nproc-per-node", "--nnodes", "--node-rank", "--master-addr", "--master-port",
+          "--standalone", "--max-restarts", "--log-dir", "--redirects", "--tee", "--rdzv-endpoint",
+          "--rdzv-backend", "--rdzv-id", "--run-id", "--job-id", "--no-prefix", "--bind-to"})
       EXPECT_TRUE(has(r.out, flag)) << flag << "\n" << r.out;
   }
 }
@@ -131,7 +129,8 @@ TEST(ToolFlags, TpbenchAcceptsEveryFlagAndAlias) {
       "--samples 2" + sweep,
       "-c 0" + sweep,
       "--check 1" + sweep,
-      "--transport local" + sweep, "-t local" + sweep,
+      "--transport local" + sweep,
+      "-t local" + sweep,
       "--slice 4K" + sweep,
       "--json" + sweep,
       "--csv" + sweep,
@@ -170,8 +169,8 @@ TEST(ToolFlags, TpinfoAcceptsEveryFlag) {
   for (const char* help : {"-h", "--help"}) {
     Result r = tool("tpinfo", help);
     EXPECT_EQ(r.status, 0) << r.out;
-    for (const char* flag : {"--topo", "--json", "--vars-markdown", "--links", "--timeout",
-                             "--bytes", "--trace"})
+    for (const char* flag :
+         {"--topo", "--json", "--vars-markdown", "--links", "--timeout", "--bytes", "--trace"})
       EXPECT_TRUE(has(r.out, flag)) << flag << "\n" << r.out;
   }
 }
