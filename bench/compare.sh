@@ -63,7 +63,7 @@ tpcomm_run() {  # transport peer-name
     for s in ${SIZES//,/ }; do
       s=$(bytes "$s")
       timeout -s KILL 300 "$BUILD/bin/tprun" --standalone --nproc-per-node 2 $BIND \
-        "$BUILD/bin/tpbench" -t "$t" -o "$op" -b "$s" -e "$s" $(schedule "$s") --csv 2>/dev/null |
+        "$BUILD/bin/tpbench" --transport "$t" --collective "$op" -a 3 -b "$s" -e "$s" $(schedule "$s") --csv 2>/dev/null |
         sed 's/^\[rank 0\]: //' | awk -F, -v peer="$name" \
           '$1 != "op" && NF > 10 {
              c = ($1 == "broadcast") ? 12 : 8   # in place where the peers call is (MPI_Bcast)

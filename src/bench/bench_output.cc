@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/json.h"
+#include "tpcomm/version.hpp"
 
 namespace tpcomm::bench {
 
@@ -76,11 +77,24 @@ int64_t total_wrong(const SweepResult& r) {
 }
 
 void print_table(std::ostream& os, const BenchOptions& o, const SweepResult& r) {
-  os << "# tpbench: " << r.nranks << " ranks, transport " << r.transport << ", iters " << o.iters
-     << ", warmup " << o.warmup << ", check " << (o.check ? "on" : "off");
+  // nccl-tests' header: the parameters, then every rank's process, host and device.
+  const int threads = r.ranks.size() > 1 && o.threads > 0 ? o.threads : 1;
+  os << "# " << o.program << " (tpcomm " << version() << "): " << r.nranks << " ranks, transport "
+     << r.transport << ", check " << (o.check ? "on" : "off");
   if (o.samples > 1) os << ", median of " << o.samples << " samples";
   if (!o.algorithm.empty()) os << ", algorithm " << o.algorithm;
-  os << "\n#\n";
+  os << "\n# nThread " << threads << " nGpus " << o.ngpus << " minBytes " << o.min_bytes
+     << " maxBytes " << o.max_bytes << " step: "
+     << (o.increment > 0 ? std::to_string(o.increment) + "(bytes)"
+                         : fmt("%g", o.factor) + "(factor)")
+     << " warmup iters: " << o.warmup << " iters: " << o.iters << " agg iters: " << o.agg_iters
+     << " validation: " << (o.check ? 1 : 0) << " graph: 0\n#\n# Using devices\n";
+  for (size_t i = 0; i < r.ranks.size(); ++i) {
+    char head[64];
+    std::snprintf(head, sizeof head, "#  Rank %2zu Group %2d ", i, 0);
+    os << head << r.ranks[i] << "\n";
+  }
+  os << "#\n";
   std::string last_op;
   for (const Row& row : r.rows) {
     if (row.op != last_op) {
@@ -115,6 +129,8 @@ void print_table(std::ostream& os, const BenchOptions& o, const SweepResult& r) 
 
 void print_json(std::ostream& os, const BenchOptions& o, const SweepResult& r) {
   json::Json head;
+  head["version"] = version();
+  head["program"] = o.program;
   head["nranks"] = r.nranks;
   head["transport"] = r.transport;
   head["iters"] = o.iters;

@@ -1,14 +1,19 @@
 // tpbench's sweep, buffer layouts, initialisation and checks.
 #include "bench/bench_runner.h"
 
+#include <sched.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "bench/bench_buffer.h"
 #include "bench/bench_progress.h"
 #include "collectives/select.h"
+#include "core/usage_error.h"
 #include "tpcomm/error.hpp"
 
 namespace tpcomm::bench {
@@ -99,6 +104,22 @@ int64_t count_wrong(const BenchCall& c, int r, int n) {
   return wrong;
 }
 
+// The ranks' times of a call as one (-a: rank 0's, the mean, the minimum or the maximum).
+double over_ranks(BenchComm& bc, const BenchOptions& o, double us) {
+  switch (o.average) {
+    case Average::Rank0:
+      return bc.max(bc.rank() == 0 ? us : -1.0);
+    case Average::Mean:
+      // Summed as integer picoseconds: exact enough, and BenchComm sums integers.
+      return static_cast<double>(bc.sum(static_cast<int64_t>(us * 1e6))) / 1e6 / bc.size();
+    case Average::Min:
+      return -bc.max(-us);
+    case Average::Max:
+      return bc.max(us);
+  }
+  return bc.max(us);
+}
+
 Measure measure(BenchComm& bc, BenchCall& call, const BenchOptions& o, std::string* algo) {
   using Clock = std::chrono::steady_clock;
   Measure m;
@@ -107,16 +128,18 @@ Measure measure(BenchComm& bc, BenchCall& call, const BenchOptions& o, std::stri
   init(call, r, n);
   const char* a = "";
   for (int i = 0; i < o.warmup; ++i) a = bc.run(call);
-  // Each sample: a barrier, then -n back-to-back calls; its time is the slowest rank's mean.
-  // One sample is nccl-tests' measure; several give their median, as the peers' benchmarks do.
+  // Each sample: a barrier, then -n iterations of -m back-to-back calls; its time is the -a
+  // average over ranks of each rank's mean per call. One sample is nccl-tests' measure;
+  // several give their median.
   std::vector<double> samples;
   samples.reserve(static_cast<size_t>(std::max(o.samples, 1)));
+  const int calls = o.iters * std::max(o.agg_iters, 1);
   for (int s = 0; s < std::max(o.samples, 1); ++s) {
     bc.barrier();
     auto t0 = Clock::now();
-    for (int i = 0; i < o.iters; ++i) a = bc.run(call);
-    double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / o.iters;
-    samples.push_back(bc.max(us));
+    for (int i = 0; i < calls; ++i) a = bc.run(call);
+    double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / calls;
+    samples.push_back(over_ranks(bc, o, us));
   }
   *algo = a ? a : "";
   m.time_us = median_of(std::move(samples));
@@ -129,6 +152,28 @@ Measure measure(BenchComm& bc, BenchCall& call, const BenchOptions& o, std::stri
     m.wrong = bc.sum(count_wrong(call, r, n));
   }
   return m;
+}
+
+// "Pid 123 on host device cpu (CPUs 0-3, on CPU 2)": what nccl-tests' header lists per rank,
+// for host memory.
+std::string this_rank_line() {
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  std::string cpus;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) {
+    for (int c = 0; c < CPU_SETSIZE; ++c) {
+      if (!CPU_ISSET(c, &set)) continue;
+      int e = c;
+      while (e + 1 < CPU_SETSIZE && CPU_ISSET(e + 1, &set)) ++e;
+      cpus +=
+          (cpus.empty() ? "" : ",") + std::to_string(c) + (e > c ? "-" + std::to_string(e) : "");
+      c = e;
+    }
+  }
+  return "Pid " + std::to_string(getpid()) + " on " + host + " device cpu (CPUs " + cpus +
+         ", on CPU " + std::to_string(sched_getcpu()) + ")";
 }
 
 }  // namespace
@@ -161,6 +206,29 @@ double busbw_gbps(const OpDesc& op, size_t bytes, double time_us, int n) {
   return algbw_gbps(bytes, time_us) * op.bus_factor(n);
 }
 
+// Every rank's this_rank_line(), gathered (the header's list of ranks).
+std::vector<std::string> describe_ranks(BenchComm& bc) {
+  constexpr size_t kSlot = 160;
+  const OpDesc* gather = find_bench_op("allgather");
+  const int n = bc.size(), r = bc.rank();
+  std::string mine = this_rank_line();
+  mine.resize(kSlot, '\0');
+  BenchCall call;
+  call.op = gather;
+  call.shape = gather->shape(kSlot * static_cast<size_t>(n), 1, n, r, 0);
+  std::vector<char> recv(call.shape.recv_elems);
+  call.send = mine.data();
+  call.recv = recv.data();
+  call.dtype = DType::UInt8;
+  bc.run(call);
+  std::vector<std::string> out;
+  for (int i = 0; i < n; ++i) {
+    const char* slot = recv.data() + static_cast<size_t>(i) * kSlot;
+    out.emplace_back(slot, strnlen(slot, kSlot));
+  }
+  return out;
+}
+
 // Every (operation, dtype, reduction, size) of the sweep, in the order they run. Throws for a
 // reduction the only dtype does not support (otherwise such pairs are skipped).
 std::vector<Step> plan_sweep(const BenchOptions& o) {
@@ -175,8 +243,8 @@ std::vector<Step> plan_sweep(const BenchOptions& o) {
           if (reduce_op_supports(op, dt)) {
             redops.emplace_back(op);
           } else if (single && o.ops.size() == 1) {
-            throw InvalidArgument(std::string("tpbench: --redop ") + reduce_op_name(op) +
-                                  " is not defined on " + dtype_name(dt) +
+            throw cli::UsageError(o.program + ": -o " + reduce_op_name(op) + " is not defined on " +
+                                  dtype_name(dt) +
                                   " (bitwise ops take integer and bool types; avg and premul_sum "
                                   "floating types)");
           }
@@ -195,14 +263,15 @@ SweepResult run_sweep(BenchComm& bc, const BenchOptions& o, SweepProgress* progr
   SweepResult res;
   res.nranks = bc.size();
   res.transport = bc.transport();
+  res.ranks = describe_ranks(bc);
   const int n = bc.size(), r = bc.rank();
   // The algorithm applies to the operations that have it; it must fit at least one.
   bool algo_fits = o.algorithm.empty();
   for (const std::string& name : o.ops) {
     const OpDesc* d = find_bench_op(name);
-    if (d == nullptr) throw InvalidArgument("tpbench: unknown operation '" + name + "'");
+    if (d == nullptr) throw cli::UsageError(o.program + ": unknown collective '" + name + "'");
     if (d->rooted && o.root >= n) {
-      throw InvalidArgument("tpbench: root " + std::to_string(o.root) +
+      throw cli::UsageError(o.program + ": root " + std::to_string(o.root) +
                             " (-r) is out of range: " + std::to_string(n) + " ranks");
     }
     if (!o.algorithm.empty() && d->coll && coll::find_algorithm(*d->coll, o.algorithm))
@@ -216,8 +285,8 @@ SweepResult run_sweep(BenchComm& bc, const BenchOptions& o, SweepProgress* progr
         names += std::string(names.empty() ? "" : "; ") + d->name + ": " +
                  coll::algorithm_names(*d->coll);
     }
-    throw InvalidArgument("tpbench: no selected operation has an algorithm '" + o.algorithm +
-                          "' (-a); " + names);
+    throw cli::UsageError(o.program + ": no selected collective has an algorithm '" + o.algorithm +
+                          "' (--algo); " + names);
   }
   std::vector<Step> plan = plan_sweep(o);
   if (progress && r == 0) {

@@ -40,6 +40,7 @@ struct Row {
 struct SweepResult {
   int nranks = 0;
   std::string transport;
+  std::vector<std::string> ranks;  ///< per rank: pid, host, device, CPUs (the header's list)
   std::vector<Row> rows;
 };
 

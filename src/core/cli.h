@@ -11,15 +11,10 @@
 #include <string_view>
 #include <vector>
 
+#include "core/usage_error.h"
 #include "tpcomm/error.hpp"
 
 namespace tpcomm::cli {
-
-/// A bad command line: the tool prints what() (one line, with the hint) and exits 2.
-class UsageError : public InvalidArgument {
- public:
-  using InvalidArgument::InvalidArgument;
-};
 
 /// What the caller does after a successful parse.
 enum class Parsed { Run, Help, Version };

@@ -76,12 +76,12 @@ inline constexpr bool kTraceCompiled = false;
 #define TPCOMM_LOG_LEVEL_INFO ::tpcomm::log::Level::Info
 #define TPCOMM_LOG_LEVEL_TRACE ::tpcomm::log::Level::Trace
 
-#define TPLOG(LEVEL, SUBSYS)                                                              \
-  if (!((TPCOMM_LOG_LEVEL_##LEVEL != ::tpcomm::log::Level::Trace ||                       \
-         ::tpcomm::log::kTraceCompiled) &&                                                \
-        ::tpcomm::log::enabled(TPCOMM_LOG_LEVEL_##LEVEL, ::tpcomm::log::Subsys::SUBSYS))) \
-    ;                                                                                     \
-  else                                                                                    \
+#define TPLOG(LEVEL, SUBSYS)                                                               \
+  if (!((TPCOMM_LOG_LEVEL_##LEVEL != ::tpcomm::log::Level::Trace ||                        \
+         ::tpcomm::log::kTraceCompiled) &&                                                 \
+        ::tpcomm::log::enabled(TPCOMM_LOG_LEVEL_##LEVEL, ::tpcomm::log::Subsys::SUBSYS)))  \
+    ;                                                                                      \
+  else                                                                                     \
     ::tpcomm::log::Line(TPCOMM_LOG_LEVEL_##LEVEL, ::tpcomm::log::Subsys::SUBSYS, __FILE__, \
-                        __LINE__)                                                         \
+                        __LINE__)                                                          \
         .stream()

@@ -113,6 +113,7 @@ TEST(ToolFlags, TprunRefusesUnknownFlagsAndBadValues) {
 // ---- tpbench ----
 
 TEST(ToolFlags, TpbenchAcceptsEveryFlagAndAlias) {
+  // nccl-tests' letters and long names with nccl-tests' meanings, and tpcomm's long options.
   const std::string sweep = " -b 8 -e 8 -n 1 -w 0";
   const std::vector<std::string> lines = {
       "-b 8 -e 16 -f 2",
@@ -120,31 +121,90 @@ TEST(ToolFlags, TpbenchAcceptsEveryFlagAndAlias) {
       "--minbytes=8 --maxbytes=16 --stepfactor=2",
       "-b 8 -e 24 -i 8",
       "--stepbytes 8 -b 8 -e 24",
-      "-d float32" + sweep,
+      "-d float" + sweep,
       "--datatype=int32" + sweep,
-      "-r 1 -o broadcast" + sweep,
-      "--root 1 --op broadcast" + sweep,
+      "-o max" + sweep,
+      "--op prod" + sweep,
+      "--redop=min" + sweep,
+      "-r 1 --collective broadcast" + sweep,
+      "--root 1 --collective=reduce" + sweep,
       "-n 1 -w 0 -b 8 -e 8",
       "--iters 1 --warmup_iters 0 -b 8 -e 8",
-      "--samples 2" + sweep,
+      "-m 2" + sweep,
+      "--agg_iters 2" + sweep,
+      "-a 0" + sweep,
+      "--average 3" + sweep,
       "-c 0" + sweep,
       "--check 1" + sweep,
+      "-z 1" + sweep,
+      "--blocking 0" + sweep,
+      "-g 1" + sweep,
+      "--ngpus 1" + sweep,
+      "--samples 2" + sweep,
+      "--algo ring" + sweep,
+      "--algorithm ring" + sweep,
       "--transport local" + sweep,
-      "-t local" + sweep,
       "--slice 4K" + sweep,
       "--json" + sweep,
       "--csv" + sweep,
       "--thp 0" + sweep,
+      "--iter 1 --warm 0 -b 8 -e 8",  // getopt_long's abbreviations
   };
   for (const std::string& l : lines) {
-    Result r = tool("tpbench", "--threads 2 " + l);
-    EXPECT_EQ(r.status, 0) << l << "\n" << r.out;
+    for (const char* threads : {"-t 2 ", "--nthreads 2 ", "--threads=2 "}) {
+      Result r = tool("tpbench", threads + l);
+      EXPECT_EQ(r.status, 0) << threads << l << "\n" << r.out;
+      EXPECT_TRUE(has(r.out, "0 OK") || has(r.out, "\"wrong\": 0}") || has(r.out, "op,size"))
+          << l << "\n"
+          << r.out;
+    }
   }
   for (const char* help : {"-h", "--help"}) {
     Result r = tool("tpbench", help);
     EXPECT_EQ(r.status, 0) << r.out;
-    EXPECT_TRUE(has(r.out, "--minbytes")) << r.out;
+    for (const char* flag : {"-b,--minbytes",
+                             "-e,--maxbytes",
+                             "-f,--stepfactor",
+                             "-i,--stepbytes",
+                             "--collective",
+                             "-o,--op,--redop",
+                             "-d,--datatype",
+                             "-r,--root",
+                             "-n,--iters",
+                             "-w,--warmup_iters",
+                             "-m,--agg_iters",
+                             "-a,--average",
+                             "-c,--check",
+                             "-z,--blocking",
+                             "-t,--nthreads,--threads",
+                             "-g,--ngpus",
+                             "--samples",
+                             "--algo,--algorithm",
+                             "--transport",
+                             "--slice",
+                             "--json",
+                             "--csv",
+                             "--out",
+                             "--thp",
+                             "--version"})
+      EXPECT_TRUE(has(r.out, flag)) << flag << "\n" << r.out;
   }
+  // The links are tpbench under nccl-tests' names.
+  for (const char* link :
+       {"all_reduce_perf", "all_gather_perf", "broadcast_perf", "reduce_perf",
+        "reduce_scatter_perf", "alltoall_perf", "gather_perf", "scatter_perf", "sendrecv_perf"}) {
+    Result r = tool(link, "--version");
+    EXPECT_EQ(r.status, 0) << r.out;
+    EXPECT_TRUE(has(r.out, std::string(link) + " (tpcomm ")) << r.out;
+  }
+}
+
+TEST(ToolFlags, TpbenchRefusesUnknownAndUnsupportedFlags) {
+  expect_usage_error(tool("tpbench", "-x 1"), "tpbench", "-x");
+  expect_usage_error(tool("all_reduce_perf", "-G 1"), "all_reduce_perf",
+                     "-G,--cudagraph (nccl-tests' CUDA graphs) is not supported");
+  expect_usage_error(tool("tpbench", "-o allreduce"), "tpbench", "'allreduce' is not a reduction");
+  expect_usage_error(tool("tpbench", "-d uint64"), "tpbench", "'uint64' is not a dtype");
 }
 
 // ---- tpinfo ----
