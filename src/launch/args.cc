@@ -93,17 +93,18 @@ void parse_streams(std::string_view flag, const std::string& value, Streams* all
 }
 
 // host, [v6], host:port, [v6]:port.
-void parse_endpoint(const std::string& value, std::string* host, std::optional<int>* port) {
+void parse_endpoint(const std::string& value, std::string* host, std::optional<int>* port,
+                    const std::string& flag = "--rdzv-endpoint") {
   std::string h = value;
   std::string p;
   if (!h.empty() && h.front() == '[') {
     size_t close = h.find(']');
     if (close == std::string::npos)
-      bad("--rdzv-endpoint '" + value + "' has an unclosed '[' (use [v6addr]:port)");
+      bad(flag + " '" + value + "' has an unclosed '[' (use [v6addr]:port)");
     std::string rest = h.substr(close + 1);
     h = h.substr(1, close - 1);
     if (!rest.empty()) {
-      if (rest.front() != ':') bad("--rdzv-endpoint '" + value + "' is not [v6addr]:port");
+      if (rest.front() != ':') bad(flag + " '" + value + "' is not [v6addr]:port");
       p = rest.substr(1);
     }
   } else {
@@ -113,10 +114,9 @@ void parse_endpoint(const std::string& value, std::string* host, std::optional<i
       h = h.substr(0, colon);
     }
   }
-  if (h.empty()) bad("--rdzv-endpoint '" + value + "' has no host (use host:port)");
+  if (h.empty()) bad(flag + " '" + value + "' has no host (use host:port)");
   *host = h;
-  if (!p.empty())
-    *port = parse_int_flag("--rdzv-endpoint", p, 0, 65535, "host:port with a port in 0..65535");
+  if (!p.empty()) *port = parse_int_flag(flag, p, 0, 65535, "host:port with a port in 0..65535");
 }
 
 // Where node rank and count come from when not given: mpirun, PMI, then Slurm.
@@ -148,7 +148,7 @@ std::optional<NodeEnv> node_env() {
 
 // The values as given, before the checks that span several flags.
 struct Given {
-  std::string nproc, nnodes, redirects, tee, rdzv_endpoint, rdzv_backend, bind_to;
+  std::string nproc, nnodes, redirects, tee, rdzv_endpoint, rdzv_backend, bind_to, store;
   std::string run_id, rdzv_id, job_id;
   bool no_prefix = false;
 };
@@ -174,6 +174,10 @@ void add_options(CLI::App& app, Options& o, Given& g) {
   app.add_option("--rdzv-endpoint", g.rdzv_endpoint,
                  "host[:port]: same as --master-addr host --master-port port")
       ->type_name("H:P");
+  app.add_option("--store", g.store,
+                 "use the external tpstore at HOST:PORT (started with tpstore --host HOST --port "
+                 "PORT): no node hosts a store, every worker connects to it")
+      ->type_name("HOST:PORT");
   app.add_option("--rdzv-backend", g.rdzv_backend,
                  "c10d or static (torchrun's spellings; both mean the TCPStore tprun hosts on "
                  "node 0)")
@@ -288,6 +292,19 @@ Options parse_args(int argc, const char* const* argv) {
     parse_endpoint(g.rdzv_endpoint, &h, &rdzv_port);
     rdzv_host = h;
   }
+  if (given("--store")) {
+    if (o.standalone || given("--rdzv-endpoint") || given("--master-addr") ||
+        given("--master-port"))
+      bad("--store names the job's store; it does not go with --standalone, --rdzv-endpoint, "
+          "--master-addr or --master-port");
+    std::string h;
+    std::optional<int> p;
+    parse_endpoint(g.store, &h, &p, "--store");
+    if (!p) bad("--store '" + g.store + "' has no port (use HOST:PORT, as tpstore printed it)");
+    o.master_addr = h;
+    o.master_port = *p;
+    o.external_store = true;
+  }
   for (const std::string* id : {&g.run_id, &g.rdzv_id, &g.job_id})
     if (!id->empty()) o.job_id = *id;
   if (g.no_prefix) o.prefix_output = false;
@@ -328,7 +345,7 @@ Options parse_args(int argc, const char* const* argv) {
       bad(origin + " is out of range for " + std::to_string(o.nnodes) +
           (o.nnodes == 1 ? " node" : " nodes") + " (node ranks are 0.." +
           std::to_string(o.nnodes - 1) + ")");
-    if (o.master_port == 0 && o.nnodes > 1)
+    if (o.master_port == 0 && o.nnodes > 1 && !o.external_store)
       bad("--master-port 0 (a free port) works only on one node; the other nodes must know "
           "the port: give a fixed --master-port");
   }
@@ -347,7 +364,9 @@ Options parse_args(int argc, const char* const* argv) {
   if (o.program.empty()) bad("no program to run: tprun [options] PROGRAM [ARGS...]");
 
   if (o.job_id.empty()) {
-    if (config::is_set("TPCOMM_JOB_ID")) {
+    if (o.external_store && !config::is_set("TPCOMM_JOB_ID")) {
+      o.job_id = "default";  // tpstore's own default
+    } else if (config::is_set("TPCOMM_JOB_ID")) {
       o.job_id = config::get_string("TPCOMM_JOB_ID");
     } else if (config::is_set("SLURM_JOB_ID")) {
       o.job_id = "slurm-" + config::get_string("SLURM_JOB_ID");

@@ -515,7 +515,7 @@ int detail::run_job(const Options& options, bool adopt_orphans) {
   job.signals = &signals;
   std::unique_ptr<detail::StoreHost> store;
   job.master_port = options.master_port;
-  if (options.node_rank == 0) {
+  if (options.node_rank == 0 && !options.external_store) {
     store =
         std::make_unique<detail::StoreHost>(options.master_addr, options.master_port, job.job_id);
     job.master_port = store->port();

@@ -86,9 +86,11 @@ TEST(ToolFlags, TprunAcceptsEveryFlagAndAlias) {
       "--no-prefix --master-port 0",
       "--bind-to core --master-port 0",
       "--bind_to=none --master-port 0",
+      "--store 127.0.0.1:1",  // an external store: `true` never connects to it
   };
   for (const std::string& l : lines) {
-    Result r = sh("D=$(mktemp -d) && " + bin("tprun") + " --master-port 0 " + l +
+    std::string port = l.find("--store") == std::string::npos ? " --master-port 0 " : " ";
+    Result r = sh("D=$(mktemp -d) && " + bin("tprun") + port + l +
                   " true; rc=$?; rm -rf \"$D\"; exit $rc");
     EXPECT_EQ(r.status, 0) << l << "\n" << r.out;
   }
@@ -98,7 +100,8 @@ TEST(ToolFlags, TprunAcceptsEveryFlagAndAlias) {
     for (const char* flag :
          {"--nproc-per-node", "--nnodes", "--node-rank", "--master-addr", "--master-port",
           "--standalone", "--max-restarts", "--log-dir", "--redirects", "--tee", "--rdzv-endpoint",
-          "--rdzv-backend", "--rdzv-id", "--run-id", "--job-id", "--no-prefix", "--bind-to"})
+          "--rdzv-backend", "--rdzv-id", "--run-id", "--job-id", "--no-prefix", "--bind-to",
+          "--store", "--version"})
       EXPECT_TRUE(has(r.out, flag)) << flag << "\n" << r.out;
   }
 }
