@@ -1,6 +1,8 @@
 // The core's entries of the configuration registry (transports register their own).
 // Keep each group sorted by name; tpinfo prints them all.
 #include <span>
+#include <string_view>
+#include <utility>
 
 #include "core/config.h"
 
@@ -223,6 +225,34 @@ constexpr Param kParams[] = {
 // clang-format on
 }  // namespace
 
+// NCCL_* variables users set by habit, and the TPCOMM_* variable that does that job here.
+constexpr std::pair<std::string_view, std::string_view> kNccl[] = {
+    {"NCCL_ALGO", "TPCOMM_ALGO"},
+    {"NCCL_BUFFSIZE", "TPCOMM_BUFFSIZE"},
+    {"NCCL_DEBUG", "TPCOMM_DEBUG"},
+    {"NCCL_DEBUG_FILE", "TPCOMM_DEBUG_FILE"},
+    {"NCCL_DEBUG_SUBSYS", "TPCOMM_DEBUG_SUBSYS"},
+    {"NCCL_IB_GID_INDEX", "TPCOMM_IB_GID_INDEX"},
+    {"NCCL_IB_HCA", "TPCOMM_IB_HCA"},
+    {"NCCL_IB_QPS_PER_CONNECTION", "TPCOMM_IB_QPS_PER_CONNECTION"},
+    {"NCCL_IB_RETRY_CNT", "TPCOMM_IB_RETRY_CNT"},
+    {"NCCL_IB_SL", "TPCOMM_IB_SL"},
+    {"NCCL_IB_TC", "TPCOMM_IB_TC"},
+    {"NCCL_IB_TIMEOUT", "TPCOMM_IB_TIMEOUT"},
+    {"NCCL_NET_GDR_LEVEL", "TPCOMM_NET_GDR_LEVEL"},
+    {"NCCL_SHM_DISABLE", "TPCOMM_SHM_DISABLE"},
+    {"NCCL_SOCKET_FAMILY", "TPCOMM_SOCKET_FAMILY"},
+    {"NCCL_SOCKET_IFNAME", "TPCOMM_SOCKET_IFNAME"},
+    {"NCCL_SOCKET_NTHREADS", "TPCOMM_SOCKET_NSOCKS"},
+    {"NCCL_TOPO_DUMP_FILE", "TPCOMM_TOPO_DUMP_FILE"},
+    {"NCCL_TOPO_FILE", "TPCOMM_TOPO_FILE"},
+};
+
+// Variables naming a file tpcomm reads: a file that cannot be read is an error at init.
+constexpr std::string_view kFiles[] = {"TPCOMM_TOPO_FILE", "TPCOMM_AUTH_SECRET_FILE"};
+
 std::span<const Param> core_params() { return kParams; }
+std::span<const std::pair<std::string_view, std::string_view>> nccl_counterparts() { return kNccl; }
+std::span<const std::string_view> file_params() { return kFiles; }
 
 }  // namespace tpcomm::config

@@ -45,6 +45,11 @@ void reload();
 /// Writes one complete line to the sink: "host:pid:tid [LEVEL subsys] file:line message".
 void write(Level level, Subsys subsys, const char* file, int line, const std::string& msg);
 
+/// Writes "tpcomm: warning: MSG" to the sink whatever TPCOMM_DEBUG says (the default level
+/// shows it), once per process for each distinct message: configuration mistakes a user must
+/// see (unknown or ignored variables).
+void notice_once(const std::string& msg);
+
 /// Name of a subsystem ("store").
 const char* subsys_name(Subsys s);
 

@@ -4,6 +4,7 @@
 #include "core/config.h"
 #include "core/log.h"
 #include "topology/topology.h"
+#include "tpcomm/error.hpp"
 
 namespace tpcomm::p2p {
 
@@ -36,6 +37,12 @@ std::unique_ptr<TopoState> publish_summary(Store& store, int rank, const std::st
                                            const std::vector<std::string>& usable) {
   auto t = std::make_unique<TopoState>();
   std::string text;
+  // A topology the user named must load: falling back to the discovered order would hide the
+  // mistake.
+  std::string named_error;
+  if (!process_topology(&named_error) && !config::get_string("TPCOMM_TOPO_FILE").empty())
+    throw ConfigError("TPCOMM_TOPO_FILE='" + config::get_string("TPCOMM_TOPO_FILE") +
+                      "' cannot be used: " + named_error);
   try {
     std::string err;
     const topo::Topology* machine = process_topology(&err);

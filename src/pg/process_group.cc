@@ -113,7 +113,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(std::shared_ptr<Store> store,
                           " and world_size " + std::to_string(world_size) +
                           " are invalid (need 0 <= rank < world_size)");
   transport::register_builtin_transports();
-  for (const std::string& w : config::validate()) TPLOG(WARN, ENV) << w;
+  for (const std::string& w : config::validate()) log::notice_once(w);
   std::string backend = options.backend.empty() ? std::string("auto") : options.backend;
   detail::check_backend(backend);
   auto timeout =
