@@ -14,6 +14,7 @@
 #include "pg/p2p_work.h"
 #include "tpcomm/error.hpp"
 #include "tpcomm/transport/transport.hpp"
+#include "tpcomm/version.hpp"
 
 namespace tpcomm {
 namespace detail {
@@ -153,7 +154,8 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(std::shared_ptr<Store> store,
   world->engine->add_group(g->info);
   world->groups.push_back(g);
   TPLOG(INFO, INIT) << "rank " << rank << "/" << world_size << ": process group '" << g->info.name
-                    << "' up (backend " << backend << ", host '" << eo.host_id << "')";
+                    << "' up (tpcomm " << version() << ", build: " << build_options()
+                    << "; backend " << backend << ", host '" << eo.host_id << "')";
   if (config::get_enum("TPCOMM_CONNECT") == "eager")
     world->engine->connect_all(backend, g->info.ranks, Deadline::after(timeout));
   return std::make_shared<ProcessGroup>(g);
