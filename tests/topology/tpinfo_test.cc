@@ -8,6 +8,7 @@
 
 #include "core/json.h"
 #include "topology/topo_test_util.h"
+#include "tpcomm/version.hpp"
 
 namespace tpcomm::topo {
 namespace {
@@ -52,6 +53,19 @@ TEST(Tpinfo, ThisMachine) {
   EXPECT_TRUE(has(r.out, "TPCOMM_NET_GDR_LEVEL       (unset)        default 'pxb'"));
   EXPECT_TRUE(has(r.out, "TPCOMM_TOPO_FILE"));
 }
+
+#if TPCOMM_HAVE_IBVERBS
+// The probe opens the library the transport would: TPCOMM_IBVERBS_LIB (the test device here).
+TEST(Tpinfo, IbverbsProbeHonoursTheLibraryVariable) {
+  Result r = tpinfo(
+      "", "TPCOMM_IBVERBS_LIB=" + std::string(TPCOMM_TEST_BIN_DIR) + "/libtpcomm_fake_verbs.so");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_TRUE(has(r.out, "  ibverbs  built      usable      devices: tpfake0")) << r.out;
+  r = tpinfo("", "TPCOMM_IBVERBS_LIB=/nonexistent/libibverbs.so");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_TRUE(has(r.out, "/nonexistent/libibverbs.so cannot be loaded: ")) << r.out;
+}
+#endif
 
 TEST(Tpinfo, DellStoredMachine) {
   REQUIRE_SHARED();
