@@ -107,7 +107,8 @@ constexpr Param kParams[] = {
   {"TPCOMM_RNDV_THRESHOLD", T::Size, "", "",
    "Messages larger than this use the rendezvous protocol (handshake, then a zero-copy put "
    "into the receive buffer); smaller ones are sent eagerly. Default: each transport's "
-   "suggestion (tpinfo shows it).", "p2p"},
+   "suggestion: shm its largest ring message (a quarter of TPCOMM_SHM_RING_SIZE, at most "
+   "16K), tcp 64K, ibverbs 32K, ucx TPCOMM_UCX_RNDV_THRESHOLD.", "p2p"},
   {"TPCOMM_WAIT_SPIN_US", T::Int, "100", "0..10000000",
    "Adaptive wait: microseconds a waiting thread busy-polls before it starts yielding (2 "
    "when unset and LOCAL_WORLD_SIZE exceeds the host's cores, counted within the container's "
@@ -130,8 +131,9 @@ constexpr Param kParams[] = {
    "Forces collective algorithms: rules 'op:algorithm' or 'op:min-max:algorithm' (sizes "
    "inclusive, either end may be empty) separated by ';', first match wins, e.g. "
    "'allreduce:0-64k:recursive_doubling;allreduce:ring;broadcast:tree'. Ops: broadcast, "
-   "allreduce, reduce, allgather, gather, scatter, reducescatter, alltoall, barrier; tpinfo and "
-   "ConfigError messages list each op's algorithms. Unset: a cost model picks.", "collectives"},
+   "allreduce, reduce, allgather, gather, scatter, reducescatter, alltoall, barrier; a rule "
+   "naming an unknown algorithm fails with a ConfigError listing the op's algorithms "
+   "(shm_direct, on one host, included). Unset: a cost model picks.", "collectives"},
   {"TPCOMM_CHECK_SIGNATURE", T::Bool, "1", "",
    "Collective signatures: each collective's message tags carry its operation code and a hash "
    "of dtype, element count, root and reduce op (on one host, shm_direct compares the calls "
