@@ -246,51 +246,22 @@ size_t program_index(const CLI::App& app, const std::vector<std::string>& args, 
   return args.size();
 }
 
-}  // namespace
-
-Options parse_args(int argc, const char* const* argv) {
-  Options o;
-  Given g;
-  CLI::App app;
-  cli::setup(app, kTool);
-  add_options(app, o, g);
-  describe_app(app, kTool);
-  std::vector<std::string> args(argv + 1, argv + argc);
-  cli::argparse_spellings(app, args, kTool);
-  bool dashdash = false;
-  size_t prog = program_index(app, args, &dashdash);
-  std::vector<std::string> own(args.begin(), args.begin() + static_cast<long>(prog));
-  if (prog < args.size()) {
-    size_t first = prog + (dashdash ? 1 : 0);
-    if (first < args.size()) {
-      o.program = args[first];
-      o.args.assign(args.begin() + static_cast<long>(first) + 1, args.end());
-    }
-  }
-  switch (cli::parse(app, own, kTool)) {
-    case cli::Parsed::Help:
-      o.help = true;
-      return o;
-    case cli::Parsed::Version:
-      o.version = true;
-      return o;
-    case cli::Parsed::Run:
-      break;
-  }
+// The flags' values into `o` (those whose parsing is ours); returns the --rdzv-endpoint host
+// and port when given.
+void apply_given(const CLI::App& app, const Given& g, Options& o,
+                 std::optional<std::string>* rdzv_host, std::optional<int>* rdzv_port) {
   auto given = [&](const char* name) { return app.count(name) > 0; };
   if (given("--nproc-per-node")) o.nproc_per_node = parse_nproc(g.nproc);
   if (given("--nnodes")) o.nnodes = parse_nnodes(g.nnodes);
   if (given("--redirects"))
     parse_streams("--redirects", g.redirects, &o.redirects, &o.redirects_per_rank);
   if (given("--tee")) parse_streams("--tee", g.tee, &o.tee, &o.tee_per_rank);
-  std::optional<std::string> rdzv_host;
-  std::optional<int> rdzv_port;
   if (given("--rdzv-endpoint")) {
     if (g.rdzv_endpoint.empty()) bad("--rdzv-endpoint needs a non-empty value");
     o.rdzv_endpoint = g.rdzv_endpoint;
     std::string h;
-    parse_endpoint(g.rdzv_endpoint, &h, &rdzv_port);
-    rdzv_host = h;
+    parse_endpoint(g.rdzv_endpoint, &h, rdzv_port);
+    *rdzv_host = h;
   }
   if (given("--store")) {
     if (o.standalone || given("--rdzv-endpoint") || given("--master-addr") ||
@@ -309,46 +280,55 @@ Options parse_args(int argc, const char* const* argv) {
     if (!id->empty()) o.job_id = *id;
   if (g.no_prefix) o.prefix_output = false;
   if (given("--bind-to")) o.bind_to_core = g.bind_to == "core";
-  auto given_name = [&](const std::string& n) { return app.count(n) > 0; };
+}
 
+// Node count, index and master: --standalone, --rdzv-endpoint, else the flags and the
+// launcher's environment (mpirun, PMI, Slurm).
+void resolve_layout(const CLI::App& app, Options& o, const std::optional<std::string>& rdzv_host,
+                    const std::optional<int>& rdzv_port) {
+  auto given = [&](const char* name) { return app.count(name) > 0; };
   if (o.standalone) {
-    if (given_name("--nnodes") && o.nnodes != 1)
+    if (given("--nnodes") && o.nnodes != 1)
       bad("--standalone runs one node, but --nnodes is " + std::to_string(o.nnodes));
-    if (given_name("--node-rank") && o.node_rank != 0)
+    if (given("--node-rank") && o.node_rank != 0)
       bad("--standalone runs one node, but --node-rank is " + std::to_string(o.node_rank));
     o.nnodes = 1;
     o.node_rank = 0;
     o.master_addr = "127.0.0.1";
     o.master_port = 0;
-  } else {
-    if (rdzv_host) {
-      if (given_name("--master-addr") && o.master_addr != *rdzv_host)
-        bad("--rdzv-endpoint host '" + *rdzv_host + "' disagrees with --master-addr '" +
-            o.master_addr + "'; give one of them");
-      o.master_addr = *rdzv_host;
-      if (rdzv_port) o.master_port = *rdzv_port;
-    }
-    bool have_nnodes = given_name("--nnodes");
-    bool have_rank = given_name("--node-rank");
-    std::string origin = "--node-rank " + std::to_string(o.node_rank);
-    if (!have_nnodes || !have_rank) {
-      if (auto e = node_env()) {
-        TPLOG(INFO, LAUNCH) << "tprun: node layout from the environment: " << e->source;
-        if (!have_nnodes) o.nnodes = e->nnodes;
-        if (!have_rank) {
-          o.node_rank = e->node_rank;
-          origin = "node rank " + std::to_string(o.node_rank) + " (from " + e->source + ")";
-        }
+    return;
+  }
+  if (rdzv_host) {
+    if (given("--master-addr") && o.master_addr != *rdzv_host)
+      bad("--rdzv-endpoint host '" + *rdzv_host + "' disagrees with --master-addr '" +
+          o.master_addr + "'; give one of them");
+    o.master_addr = *rdzv_host;
+    if (rdzv_port) o.master_port = *rdzv_port;
+  }
+  bool have_nnodes = given("--nnodes");
+  bool have_rank = given("--node-rank");
+  std::string origin = "--node-rank " + std::to_string(o.node_rank);
+  if (!have_nnodes || !have_rank) {
+    if (auto e = node_env()) {
+      TPLOG(INFO, LAUNCH) << "tprun: node layout from the environment: " << e->source;
+      if (!have_nnodes) o.nnodes = e->nnodes;
+      if (!have_rank) {
+        o.node_rank = e->node_rank;
+        origin = "node rank " + std::to_string(o.node_rank) + " (from " + e->source + ")";
       }
     }
-    if (o.node_rank >= o.nnodes)
-      bad(origin + " is out of range for " + std::to_string(o.nnodes) +
-          (o.nnodes == 1 ? " node" : " nodes") + " (node ranks are 0.." +
-          std::to_string(o.nnodes - 1) + ")");
-    if (o.master_port == 0 && o.nnodes > 1 && !o.external_store)
-      bad("--master-port 0 (a free port) works only on one node; the other nodes must know "
-          "the port: give a fixed --master-port");
   }
+  if (o.node_rank >= o.nnodes)
+    bad(origin + " is out of range for " + std::to_string(o.nnodes) +
+        (o.nnodes == 1 ? " node" : " nodes") + " (node ranks are 0.." +
+        std::to_string(o.nnodes - 1) + ")");
+  if (o.master_port == 0 && o.nnodes > 1 && !o.external_store)
+    bad("--master-port 0 (a free port) works only on one node; the other nodes must know "
+        "the port: give a fixed --master-port");
+}
+
+// Output streams, the program, the job id and the grace period.
+void finish(Options& o) {
   if (o.log_dir.empty()) {
     if (o.redirects != Streams::None || !o.redirects_per_rank.empty())
       bad("--redirects sends worker output to files: give --log-dir DIR too");
@@ -362,7 +342,6 @@ Options parse_args(int argc, const char* const* argv) {
             std::to_string(rank) + " is out of range for --nproc-per-node " +
             std::to_string(o.nproc_per_node));
   if (o.program.empty()) bad("no program to run: tprun [options] PROGRAM [ARGS...]");
-
   if (o.job_id.empty()) {
     if (o.external_store && !config::is_set("TPCOMM_JOB_ID")) {
       o.job_id = "default";  // tpstore's own default
@@ -373,6 +352,42 @@ Options parse_args(int argc, const char* const* argv) {
     }
   }
   o.grace = config::get_duration("TPCOMM_LAUNCH_GRACE");
+}
+
+}  // namespace
+
+Options parse_args(int argc, const char* const* argv) {
+  Options o;
+  Given g;
+  CLI::App app;
+  cli::setup(app, kTool);
+  add_options(app, o, g);
+  describe_app(app, kTool);
+  std::vector<std::string> args(argv + 1, argv + argc);
+  cli::argparse_spellings(app, args, kTool);
+  bool dashdash = false;
+  size_t prog = program_index(app, args, &dashdash);
+  std::vector<std::string> own(args.begin(), args.begin() + static_cast<long>(prog));
+  size_t first = prog + (dashdash ? 1 : 0);
+  if (first < args.size()) {
+    o.program = args[first];
+    o.args.assign(args.begin() + static_cast<long>(first) + 1, args.end());
+  }
+  switch (cli::parse(app, own, kTool)) {
+    case cli::Parsed::Help:
+      o.help = true;
+      return o;
+    case cli::Parsed::Version:
+      o.version = true;
+      return o;
+    case cli::Parsed::Run:
+      break;
+  }
+  std::optional<std::string> rdzv_host;
+  std::optional<int> rdzv_port;
+  apply_given(app, g, o, &rdzv_host, &rdzv_port);
+  resolve_layout(app, o, rdzv_host, rdzv_port);
+  finish(o);
   return o;
 }
 
