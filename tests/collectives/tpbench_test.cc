@@ -274,8 +274,8 @@ TEST(TpbenchOutput, JsonAndCsv) {
   // The whole document, parsed: same fields, same figures as the table and the CSV.
   json::Json got = json::parse(js.str(), "tpbench --json");
   json::Json want = json::parse(R"({
-    "tpbench": {"nranks": 4, "transport": "local", "iters": 20, "warmup": 5, "samples": 1,
-                "check": true, "algorithm": ""},
+    "tpbench": {"version": "0.1.0", "program": "tpbench", "nranks": 4, "transport": "local",
+                "iters": 20, "warmup": 5, "samples": 1, "check": true, "algorithm": ""},
     "results": [
       {"op": "allreduce", "size": 1024, "count": 256, "type": "float32", "redop": "sum",
        "root": -1, "algorithm": "ring",

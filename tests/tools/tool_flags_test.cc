@@ -157,7 +157,7 @@ TEST(ToolFlags, TpbenchAcceptsEveryFlagAndAlias) {
     for (const char* threads : {"-t 2 ", "--nthreads 2 ", "--threads=2 "}) {
       Result r = tool("tpbench", threads + l);
       EXPECT_EQ(r.status, 0) << threads << l << "\n" << r.out;
-      EXPECT_TRUE(has(r.out, "0 OK") || has(r.out, "\"wrong\": 0}") || has(r.out, "op,size"))
+      EXPECT_TRUE(has(r.out, "0 OK") || has(r.out, "\"wrong\": 0\n}") || has(r.out, "op,size"))
           << l << "\n"
           << r.out;
     }

@@ -269,7 +269,8 @@ TEST(TpinfoGraph, BadNamesFailClearly) {
   EXPECT_TRUE(has(png.out, "--graph '/tmp/x.png': name the picture *.svg or *.dot")) << png.out;
   Result none = tpinfo("--topo " + f + " --graph");
   EXPECT_EQ(none.status, 2);
-  EXPECT_TRUE(has(none.out, "--graph needs a file name")) << none.out;
+  EXPECT_TRUE(has(none.out, "tpinfo: --graph: 1 required OUT missing; run 'tpinfo --help'"))
+      << none.out;
   Result dir = tpinfo("--topo " + f + " --graph /nonexistent/dir/t.dot");
   EXPECT_EQ(dir.status, 1);
   EXPECT_TRUE(has(dir.out, "cannot write '/nonexistent/dir/t.dot'")) << dir.out;
