@@ -176,9 +176,9 @@ void check_value(const Param& p, std::string_view v) {
   }
 #ifndef TPCOMM_ENABLE_TRACE
   if (p.name == "TPCOMM_DEBUG" && lower(trim(v)) == "trace")
-    throw ConfigError(
-        "TPCOMM_DEBUG='" + std::string(v) + "': trace lines are not compiled into this build (configure with "
-        "-DTPCOMM_ENABLE_TRACE=ON); use info, warn or none");
+    throw ConfigError("TPCOMM_DEBUG='" + std::string(v) +
+                      "': trace lines are not compiled into this build (configure with "
+                      "-DTPCOMM_ENABLE_TRACE=ON); use info, warn or none");
 #endif
 }
 

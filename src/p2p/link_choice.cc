@@ -47,8 +47,8 @@ std::unique_ptr<TopoState> publish_summary(Store& store, int rank, const std::st
     std::string err;
     const topo::Topology* machine = process_topology(&err);
     if (!machine) throw std::runtime_error(err);
-    int local_rank = config::is_set("LOCAL_RANK") ? static_cast<int>(config::get_int("LOCAL_RANK"))
-                                                  : rank;
+    int local_rank =
+        config::is_set("LOCAL_RANK") ? static_cast<int>(config::get_int("LOCAL_RANK")) : rank;
     t->mine = topo::local_summary(*machine, rank, local_rank, "", usable);
     t->mine.host_id = host_id;  // the engine's notion of a host (TPCOMM_HOSTID) decides
     text = topo::summary_to_string(t->mine);
