@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# tpcomm beside the peers in one run (issue 4): tpbench under tprun (2 ranks, float32) over
-# shm and over tcp, next to Open MPI (shared memory, tcp, UCX) and Gloo (tcp) built from
-# ../shared/peers, all following the peers' protocol (../shared/peers/README.md); runs of the
-# columns are interleaved, and ../shared/peers/collate.py prints one table per operation
-# (allreduce, broadcast, allgather) with tpcomm as new columns.
+# tpcomm beside the peers in one run: tpbench under tprun (2 ranks, float32) over shm and over
+# tcp, next to Open MPI (shared memory, tcp, UCX) and Gloo (tcp) built from the peers'
+# benchmark programs in PEERS_DIR (mpi_bench.cpp, gloo_bench.cpp, launch_gloo.sh, collate.py;
+# by default the project's shared peers folder next to the checkout), all following the
+# peers' measurement protocol; runs of the columns are interleaved, and collate.py prints one
+# table per operation (allreduce, broadcast, allgather) with tpcomm as new columns.
 #
 #   bench/compare.sh [BUILD_DIR]                       # default: build
 #   SIZES=8,128K,256M REPEATS=3 bench/compare.sh build
+#   PLOT=sweep.png bench/compare.sh build              # picture: default compare.png, PLOT= none
 #
 # tpcomm's columns come from `tpbench --csv` (nccl-tests busbw) with the same buffers as the
 # peers' calls: all_reduce and all_gather out of place (MPI_Allreduce and MPI_Allgather take a
@@ -14,17 +16,19 @@
 # have one buffer, the root's being the source; tpbench's out-of-place broadcast adds a copy at
 # the root that no peer makes). The runs use the peers' schedule (warm-up, median of timed
 # samples); each run is killed after 300 s. Peers that cannot be built here are left out with a
-# note.
+# note. Beside the table, tools/tpplot draws busbw and time against size for every column into
+# $PLOT (the median of the repeats per size).
 set -u
 BUILD=${1:-build}
 SIZES=${SIZES:-8,128,2K,32K,128K,512K,2M,8M,32M,256M}
 REPEATS=${REPEATS:-3}
 OPS=${OPS:-allreduce,broadcast,allgather}
+PLOT=${PLOT-compare.png}
 # mpirun binds each of its 2 ranks to a core by default; tprun does when asked. BIND= (empty)
 # leaves tpcomm's ranks to the scheduler, as torchrun does.
 BIND=${BIND---bind-to core}
 HERE=$(cd "$(dirname "$0")" && pwd)
-PEERS=$HERE/../../shared/peers
+PEERS=${PEERS_DIR:-$HERE/../../shared/peers}
 OUT=$(mktemp -d /tmp/tpcomm-compare-XXXXXX)
 trap 'rm -rf "$OUT"' EXIT
 have() { command -v "$1" >/dev/null 2>&1; }
@@ -40,7 +44,7 @@ bytes() {  # 8 -> 8, 128K -> 131072, 256M -> 268435456
   esac
 }
 
-# The peers' schedule (peers::schedule_for in ../shared/peers/bench_common.h) as tpbench flags:
+# The peers' schedule (peers::schedule_for in $PEERS/bench_common.h) as tpbench flags:
 # warm-up calls, timed samples (a barrier, then a batch of calls) and the batch; the median
 # sample is reported, as for every peer.
 schedule() {  # bytes -> "-w W --samples S -n B"
@@ -59,7 +63,7 @@ tpcomm_run() {  # transport peer-name
     for s in ${SIZES//,/ }; do
       s=$(bytes "$s")
       timeout -s KILL 300 "$BUILD/bin/tprun" --standalone --nproc-per-node 2 $BIND \
-        "$BUILD/bin/tpbench" -t "$t" -o "$op" -b "$s" -e "$s" $(schedule "$s") --csv 2>/dev/null |
+        "$BUILD/bin/tpbench" --transport "$t" --collective "$op" -a 3 -b "$s" -e "$s" $(schedule "$s") --csv 2>/dev/null |
         sed 's/^\[rank 0\]: //' | awk -F, -v peer="$name" \
           '$1 != "op" && NF > 10 {
              c = ($1 == "broadcast") ? 12 : 8   # in place where the peers call is (MPI_Bcast)
@@ -69,20 +73,6 @@ tpcomm_run() {  # transport peer-name
 }
 
 echo "META load $(cut -d' ' -f1-3 /proc/loadavg) before the run, $(nproc) cores" >"$OUT/meta.txt"
-# The floor of the minute: an 8-byte exchange of two processes through one shared cache line
-# (bench/exchange_floor.cpp mode 1), what shm 8-byte all_reduce costs at least. It moves with
-# the vCPUs' placement (0.06-0.19 us on the development VM; 0.05-0.06 close and 0.25 far on the
-# session-11 Zen 4 VM), so each table carries its own.
-floor() {
-  [[ -x $OUT/exchange_floor ]] || return
-  local f
-  f=$(timeout -s KILL 60 "$OUT/exchange_floor" 1 2>/dev/null | tail -1 | sed 's/^mode 1 (one shared line): //')
-  echo "META exchange floor $1 (bench/exchange_floor.cpp mode 1): ${f:-failed}" >>"$OUT/meta.txt"
-}
-if [[ -f $HERE/exchange_floor.cpp ]]; then
-  g++ -O2 -std=c++20 -o "$OUT/exchange_floor" "$HERE/exchange_floor.cpp" 2>/dev/null
-fi
-floor "before the run"
 mpi=0 gloo=0
 if have mpicxx && have mpirun && [[ -f $PEERS/mpi_bench.cpp ]]; then
   mpicxx -O3 -march=native -std=c++17 -o "$OUT/mpi_bench" "$PEERS/mpi_bench.cpp" && mpi=1
@@ -111,7 +101,6 @@ for i in $(seq "$REPEATS"); do
       --sizes "$SIZES" --ops "$OPS" >"$OUT/gloo-tcp.run$i.txt" 2>/dev/null
   fi
 done
-floor "after the run"
 echo "META load $(cut -d' ' -f1-3 /proc/loadavg) after the run" >>"$OUT/meta.txt"
 order=tpcomm-shm,mpi-shm,mpi-ucx,tpcomm-tcp,mpi-tcp,gloo-tcp
 if [[ -f $PEERS/collate.py ]] &&
@@ -119,5 +108,13 @@ if [[ -f $PEERS/collate.py ]] &&
   sed -n '/^## \(allreduce\|broadcast\|allgather\)$/,/^## Who wins/p' "$OUT/report.md" | sed '$d'
 else
   cat "$OUT"/*.txt
+fi
+if [[ -n $PLOT ]]; then
+  if "$HERE/../tools/tpplot" -o "$PLOT" --title "tpcomm beside its peers, 2 ranks on $(hostname)" \
+       "$OUT"/*.run*.txt >/dev/null 2>"$OUT/tpplot.err"; then
+    echo "META plot (busbw and time against size): $PLOT" >>"$OUT/meta.txt"
+  else
+    echo "META no plot: $(tail -1 "$OUT/tpplot.err")" >>"$OUT/meta.txt"
+  fi
 fi
 cat "$OUT/meta.txt"

@@ -19,7 +19,7 @@
 // --untouched-src: the send buffer is never written, so its reads map the kernel's shared zero
 // page (one physical page, always in the cache), as ucx_perftest's send buffers are over UCX's
 // tcp (ucp_mem_map ALLOCATE by mmap, never written by tag_bw): the sender's copy into the
-// socket then takes ~40% less CPU (bench/RESULTS.md, session 7). For comparisons only.
+// socket then takes ~40% less CPU. For comparisons only.
 // --bw-only: bandwidth only (the default mode's window, without the ping-pong; lat_us is 0).
 // --alias-recv: --stream's W receive buffers are W views of one memory file: distinct
 // addresses (tpcomm refuses overlapping pending receives) over the same physical pages, so the

@@ -2,7 +2,7 @@
 # Point-to-point comparison in one run (2 ranks on this machine): tpcomm (bin/p2p_bench over
 # shm and tcp) next to memcpy, iperf3, ucx_perftest (tag_lat/tag_bw over shared memory and
 # tcp) and Open MPI (ob1 with vader shared memory, ob1 with tcp). Writes raw CSV and prints a
-# markdown table (the one in bench/RESULTS.md).
+# markdown table (the one in bench/README.md).
 #
 #   bench/p2p_compare.sh [BUILD_DIR]           # default: build
 #   MAX=64M bench/p2p_compare.sh build-link    # smaller sweep
@@ -17,19 +17,6 @@ port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); 
 maxbytes=$(python3 -c "import sys; s='$MAX'; m={'K':1<<10,'M':1<<20,'G':1<<30}; print(int(s[:-1])*m[s[-1]] if s[-1] in m else int(s))")
 
 echo "# machine: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
-# The line transfer between the two cores (bench/exchange_floor.cpp mode 1, one way): it marks
-# the vCPUs' placement, which moves every small-message latency (0.05-0.06 us close, 0.25 us
-# far on the session-11 VM), so the output carries one reading before and one after.
-floor() {
-  [[ -x $OUT/exchange_floor ]] || return
-  local f
-  f=$(timeout -s KILL 60 "$OUT/exchange_floor" 1 2>/dev/null | tail -1 | sed 's/^mode 1 (one shared line): //')
-  echo "# line transfer $1 (bench/exchange_floor.cpp mode 1): ${f:-failed}" >&2
-}
-[[ -f $HERE/exchange_floor.cpp ]] &&
-  g++ -O2 -std=c++20 -o "$OUT/exchange_floor" "$HERE/exchange_floor.cpp" 2>/dev/null
-floor "before the run"
-
 # tpcomm
 "$BUILD/bin/p2p_bench" --csv --pin --max "$MAX" >"$OUT/tpcomm.csv" || echo "p2p_bench failed" >&2
 
@@ -74,7 +61,6 @@ if have mpicxx && have mpirun; then
   fi
 fi
 
-floor "after the run"
 python3 - "$OUT" <<'PY'
 import csv, glob, os, sys
 out = sys.argv[1]

@@ -1,5 +1,5 @@
 // One-sided put bandwidth at the link layer between two forked processes, measured like
-// ucx_perftest's ucp_put_bw (issue 9): the initiator streams `count` puts of one size into the
+// ucx_perftest's ucp_put_bw: the initiator streams `count` puts of one size into the
 // same place of the target's region, a window of W in flight (posting the next as soon as one
 // completes), and times from the first post to the last completion. Unlike put_bw, every
 // tpcomm put also carries its notification (on_put_arrived at the target), and completes only
@@ -71,15 +71,24 @@ Args parse(int argc, char** argv) {
       }
       return argv[++i];
     };
-    if (s == "--transport") a.transport = next();
-    else if (s == "--min") a.min = parse_size(next());
-    else if (s == "--max") a.max = parse_size(next());
-    else if (s == "--window") a.window = std::atoi(next());
-    else if (s == "--count") a.count = std::atoi(next());
-    else if (s == "--samples") a.samples = std::atoi(next());
-    else if (s == "--user-dst") a.user_dst = true;
-    else if (s == "--pin") a.pin = true;
-    else if (s == "--csv") a.csv = true;
+    if (s == "--transport")
+      a.transport = next();
+    else if (s == "--min")
+      a.min = parse_size(next());
+    else if (s == "--max")
+      a.max = parse_size(next());
+    else if (s == "--window")
+      a.window = std::atoi(next());
+    else if (s == "--count")
+      a.count = std::atoi(next());
+    else if (s == "--samples")
+      a.samples = std::atoi(next());
+    else if (s == "--user-dst")
+      a.user_dst = true;
+    else if (s == "--pin")
+      a.pin = true;
+    else if (s == "--csv")
+      a.csv = true;
     else {
       std::fprintf(stderr,
                    "usage: put_bench [--transport NAME] [--min SIZE] [--max SIZE] [--window W] "
@@ -242,8 +251,11 @@ int run(const Args& a) {
       std::printf("# put_bench: %s, %s target, window %d, %d samples (GB/s = 1e9 B/s)\n",
                   a.transport.c_str(), a.user_dst ? "registered user" : "allocated", a.window,
                   a.samples);
-    if (a.csv) std::printf("transport,size,window,count,median_GBps,best_GBps,dst\n");
-    else std::printf("%12s %6s %8s %12s %12s\n", "bytes", "count", "window", "median_GB/s", "best_GB/s");
+    if (a.csv)
+      std::printf("transport,size,window,count,median_GBps,best_GBps,dst\n");
+    else
+      std::printf("%12s %6s %8s %12s %12s\n", "bytes", "count", "window", "median_GB/s",
+                  "best_GB/s");
     for (size_t bytes = a.min; bytes <= a.max; bytes *= 2) {
       int n = a.count > 0 ? a.count
                           : static_cast<int>(std::clamp<size_t>((256u << 20) / bytes, 32, 1000));

@@ -1,5 +1,5 @@
-// Per-call cost of the reliability features on the collective path (issue 6: under 2 % of an
-// 8-byte all_reduce): the flight recorder's entry (begin, arguments, end) alone, and a whole
+// Per-call cost of the reliability features on the collective path (the budget: under 2 % of
+// an 8-byte all_reduce): the flight recorder's entry (begin, arguments, end) alone, and a whole
 // 8-byte all_reduce of a one-rank world (the full ProcessGroup path: queue check, EngineComm,
 // signature, recorder, dispatch; no peer, so no scheduling noise from a second process) with
 // the recorder and the signature on and off.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Cost of the flight recorder and the collective signatures on 8-byte all_reduce (issue 6:
+# Cost of the flight recorder and the collective signatures on 8-byte all_reduce (the budget:
 # under 2 %): interleaved tprun + tpbench runs with both on (the default) and both off
 # (TPCOMM_FLIGHT_RECORDER=0 TPCOMM_CHECK_SIGNATURE=0), over shm (shm_direct) and tcp; prints
 # the median and best of the out-of-place and in-place times per configuration.
@@ -14,13 +14,13 @@ trap 'rm -f "$out"' EXIT
 echo "# $(date -u '+%F %T') UTC, load: $(cut -d' ' -f1-3 /proc/loadavg)"
 for t in shm tcp; do
   targ=()
-  [[ $t == tcp ]] && targ=(-t tcp)
+  [[ $t == tcp ]] && targ=(--transport tcp)
   for ((i = 1; i <= runs; i++)); do
     for cfg in on off; do
       envs=()
       [[ $cfg == off ]] && envs=(TPCOMM_FLIGHT_RECORDER=0 TPCOMM_CHECK_SIGNATURE=0)
       line=$(env "${envs[@]}" timeout 300 "$bin/tprun" --nproc-per-node 2 "$bin/tpbench" \
-        -o all_reduce -b 8 -e 8 -n 20000 -w 2000 "${targ[@]}" 2>&1 | grep '^\[rank 0\]: *8 ' || true)
+        --collective all_reduce -a 3 -b 8 -e 8 -n 20000 -w 2000 "${targ[@]}" 2>&1 | grep '^\[rank 0\]: *8 ' || true)
       # columns after the prefix: size count type redop root time algbw busbw wrong time ...
       read -r -a f <<<"${line#*]:}"
       [[ ${#f[@]} -ge 10 ]] && echo "$t $cfg ${f[5]} ${f[9]}" >>"$out"

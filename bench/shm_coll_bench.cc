@@ -1,5 +1,5 @@
 // shm_coll_bench: times HostColl (shm_direct) on forked ranks of this host with the
-// measurement protocol of ../shared/peers (bench_common.h): per size, warm-up ops, then
+// peers' measurement protocol (their bench_common.h): per size, warm-up ops, then
 // samples of (barrier + a batch of ops), a sample's time is the max over ranks, the median
 // sample is reported; float32; BYTES is the whole result buffer (nccl-tests), busbw by the
 // nccl-tests formulas. Output lines match the peers' so that collate.py can join them:

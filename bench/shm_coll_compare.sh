@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Intra-host collectives in one run: tpcomm's HostColl (shm_direct, bin/shm_coll_bench) next
-# to Open MPI over shared memory (ob1 + vader, and UCX's intra-node transports), built from
-# ../shared/peers/mpi_bench.cpp; same protocol (../shared/peers/README.md), float32, 2 ranks,
-# runs interleaved; the table is made by ../shared/peers/collate.py.
+# to Open MPI over shared memory (ob1 + vader, and UCX's intra-node transports), built from the
+# peers' mpi_bench.cpp in PEERS_DIR (by default the project's shared peers folder next to the
+# checkout); the peers' measurement protocol, float32, 2 ranks, runs interleaved; the table is
+# made by the peers' collate.py.
 #
 #   bench/shm_coll_compare.sh [BUILD_DIR]              # default: build
 #   SIZES=8,128K,256M REPEATS=3 RT=1 bench/shm_coll_compare.sh build-shmcoll   # see RT below
@@ -20,7 +21,7 @@ NRANKS=${NRANKS:-2}
 RT=${RT:-0}
 UCX=${UCX:-$((1 - RT))}
 HERE=$(cd "$(dirname "$0")" && pwd)
-PEERS=$HERE/../../shared/peers
+PEERS=${PEERS_DIR:-$HERE/../../shared/peers}
 OUT=$(mktemp -d /tmp/tpcomm-shm-coll-compare-XXXXXX)
 trap 'rm -rf "$OUT"' EXIT
 have() { command -v "$1" >/dev/null 2>&1; }

@@ -2,7 +2,8 @@
 # Compares tpcomm's TCPStore with PyTorch's on this machine, in the same run: bin/store_bench
 # (as configured, clients of this host on the server's local socket), bin/store_bench with
 # TPCOMM_STORE_LOCAL_SOCKET=0 (every client on loopback TCP, like torch), and
-# peers/torch_bench.py (store mode; python3-torch under /usr/bin/python3), then one table side
+# the peers' torch_bench.py (store mode; python3-torch under /usr/bin/python3; in PEERS_DIR, by
+# default the project's shared peers folder next to the checkout), then one table side
 # by side: set+get pairs per second and barrier time for 1 and 32 clients, plus our barrier
 # for 64..4096 clients.
 #
@@ -20,7 +21,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(dirname "$here")
 build=${1:-$root/build}
 bench=$build/bin/store_bench
-torch_bench=$root/../shared/peers/torch_bench.py
+torch_bench=${PEERS_DIR:-$root/../shared/peers}/torch_bench.py
 repeats=${REPEATS:-1}
 tcp_too=${TCP_TOO:-1}
 
@@ -29,7 +30,7 @@ if [[ ! -x $bench ]]; then
   exit 1
 fi
 if [[ ! -f $torch_bench ]]; then
-  echo "store_compare: $torch_bench not found (expected the shared peers folder next to the repo)" >&2
+  echo "store_compare: $torch_bench not found (set PEERS_DIR to the peers' folder)" >&2
   exit 1
 fi
 

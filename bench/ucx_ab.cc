@@ -29,7 +29,7 @@
 //   UCX_TLS=tcp bin/ucx_ab --size 1M --window 1 --rounds 3 --count 4096 --pin --trans
 //
 // Rounds of one run agree to a few percent, runs to about +-10% (each run's connections keep
-// their own state): compare variants over several runs (bench/RESULTS.md, session 17).
+// their own state): compare variants over several runs.
 //
 // Prints each round's GB/s (1e9 B/s) and ratios, then the medians and the median of the
 // per-round ratios with its quartiles. --timeline FILE: every burst's start and end
@@ -73,10 +73,10 @@ struct Args {
   bool alias = false;
   bool raw_one = false;
   bool pin = false;
-  bool no_tpcomm = false;  // --no-tpcomm: no ProcessGroup at all (raw contenders only)
-  bool raw_cfg = false;    // --raw-cfg: also raw streaming on a context set up as tpcomm's
+  bool no_tpcomm = false;        // --no-tpcomm: no ProcessGroup at all (raw contenders only)
+  bool raw_cfg = false;          // --raw-cfg: also raw streaming on a context set up as tpcomm's
   std::vector<std::string> cfg;  // --cfg NAME=VALUE: UCX settings of the --raw-cfg context
-  int split = 0;  // --split K: also raw with each message in K parts over K endpoints
+  int split = 0;        // --split K: also raw with each message in K parts over K endpoints
   bool raw_am = false;  // --raw-am: also raw rendezvous active messages (tpcomm's form)
   bool trans = false;   // --trans: also tpcomm's ucx transport without the engine
   bool poll = false;    // --poll: tpcomm polls Work::is_completed() instead of wait()
@@ -320,8 +320,8 @@ struct Rank {
   Raw& raw;
   Raw* raw_cfg;  // --raw-cfg, --raw-am: a second context with tpcomm's UCX parameters
   const BenchBuffer& sbuf;
-  const std::vector<std::unique_ptr<BenchBuffer>>& rbufs;  // rank 1: W buffers
-  Trans* trans;  // --trans
+  const std::vector<std::unique_ptr<BenchBuffer>>& rbufs;         // rank 1: W buffers
+  Trans* trans;                                                   // --trans
   std::vector<std::unique_ptr<transport::MemoryRegion>> regions;  // --trans: sbuf / rbufs
 
   void* recv_buf(Kind k, int i) const {
@@ -364,8 +364,8 @@ struct Rank {
           while (!slot->is_completed()) {
           }
         if (slot) slot->wait();
-        Tensor t = Tensor::raw(rank == 0 ? sbuf.data() : recv_buf(k, i),
-                               static_cast<int64_t>(n), DType::UInt8);
+        Tensor t = Tensor::raw(rank == 0 ? sbuf.data() : recv_buf(k, i), static_cast<int64_t>(n),
+                               DType::UInt8);
         slot = rank == 0 ? pg->isend(t, peer, 2) : pg->irecv(t, peer, 2);
       }
       for (auto& slot : w)
@@ -402,8 +402,10 @@ struct Rank {
                             static_cast<uint32_t>(i));
         }
       }
-      if (rank == 0) t.progress_until(t.done_sends, base_s + static_cast<uint64_t>(count));
-      else t.progress_until(t.done_recvs, base_r + static_cast<uint64_t>(count));
+      if (rank == 0)
+        t.progress_until(t.done_sends, base_s + static_cast<uint64_t>(count));
+      else
+        t.progress_until(t.done_recvs, base_r + static_cast<uint64_t>(count));
       sec = Clock::now() - t0;
       raw.line_up(rank);
     } else if (k == kRawAm) {
@@ -504,9 +506,9 @@ int run_rank(int rank, int fd, const std::string& dir, const Args& a) {
     raw.add_endpoints(a.split);
     kinds.push_back(kRawSplit);
   }
-  const int count =
-      a.count > 0 ? a.count
-                  : static_cast<int>(std::max<size_t>(2 * a.window, (256ull << 20) / a.size));
+  const int count = a.count > 0
+                        ? a.count
+                        : static_cast<int>(std::max<size_t>(2 * a.window, (256ull << 20) / a.size));
   for (Kind k : kinds) r.burst(k, std::max(a.window, count / 4));  // warm-up (tcp windows grow)
   std::vector<std::vector<double>> bw(kinds.size());
   std::vector<std::vector<double>> ratio(kinds.size());
@@ -528,8 +530,9 @@ int run_rank(int rank, int fd, const std::string& dir, const Args& a) {
       size_t idx = (j + static_cast<size_t>(round)) % kinds.size();
       int64_t t0 = mono_ns();
       got[idx] = r.burst(kinds[idx], count);
-      if (tl) std::fprintf(tl, "%lld %lld %s\n", static_cast<long long>(t0),
-                           static_cast<long long>(mono_ns()), kNames[kinds[idx]]);
+      if (tl)
+        std::fprintf(tl, "%lld %lld %s\n", static_cast<long long>(t0),
+                     static_cast<long long>(mono_ns()), kNames[kinds[idx]]);
     }
     if (rank != 0) continue;
     std::printf("%5d", round + 1);
@@ -553,9 +556,9 @@ int run_rank(int rank, int fd, const std::string& dir, const Args& a) {
       std::printf("%-7s median %.2f GB/s (quartiles %.2f .. %.2f)\n", kNames[kinds[j]],
                   quantile(bw[j], 0.5), quantile(bw[j], 0.25), quantile(bw[j], 0.75));
     for (size_t j = 1; j < kinds.size(); ++j)
-      std::printf("%s/%s per round: median %.1f%% (quartiles %.1f%% .. %.1f%%)\n",
-                  kNames[kinds[0]], kNames[kinds[j]], 100 * quantile(ratio[j], 0.5),
-                  100 * quantile(ratio[j], 0.25), 100 * quantile(ratio[j], 0.75));
+      std::printf("%s/%s per round: median %.1f%% (quartiles %.1f%% .. %.1f%%)\n", kNames[kinds[0]],
+                  kNames[kinds[j]], 100 * quantile(ratio[j], 0.5), 100 * quantile(ratio[j], 0.25),
+                  100 * quantile(ratio[j], 0.75));
   }
   if (pg) pg->destroy();
   return 0;
@@ -572,21 +575,36 @@ int main(int argc, char** argv) {
       if (i + 1 >= argc) die("missing value after " + s);
       return argv[++i];
     };
-    if (s == "--size") a.size = std::max<size_t>(1, parse_size(next()));
-    else if (s == "--window") a.window = std::max(1, std::atoi(next()));
-    else if (s == "--rounds") a.rounds = std::max(1, std::atoi(next()));
-    else if (s == "--count") a.count = std::max(1, std::atoi(next()));
-    else if (s == "--alias") a.alias = true;
-    else if (s == "--raw-one") a.raw_one = true;
-    else if (s == "--pin") a.pin = true;
-    else if (s == "--no-tpcomm") a.no_tpcomm = true;
-    else if (s == "--raw-cfg") a.raw_cfg = true;
-    else if (s == "--cfg") a.cfg.push_back(next());
-    else if (s == "--raw-am") a.raw_am = true;
-    else if (s == "--trans") a.trans = true;
-    else if (s == "--split") a.split = std::max(1, std::atoi(next()));
-    else if (s == "--timeline") a.timeline = next();
-    else if (s == "--poll") a.poll = true;
+    if (s == "--size")
+      a.size = std::max<size_t>(1, parse_size(next()));
+    else if (s == "--window")
+      a.window = std::max(1, std::atoi(next()));
+    else if (s == "--rounds")
+      a.rounds = std::max(1, std::atoi(next()));
+    else if (s == "--count")
+      a.count = std::max(1, std::atoi(next()));
+    else if (s == "--alias")
+      a.alias = true;
+    else if (s == "--raw-one")
+      a.raw_one = true;
+    else if (s == "--pin")
+      a.pin = true;
+    else if (s == "--no-tpcomm")
+      a.no_tpcomm = true;
+    else if (s == "--raw-cfg")
+      a.raw_cfg = true;
+    else if (s == "--cfg")
+      a.cfg.push_back(next());
+    else if (s == "--raw-am")
+      a.raw_am = true;
+    else if (s == "--trans")
+      a.trans = true;
+    else if (s == "--split")
+      a.split = std::max(1, std::atoi(next()));
+    else if (s == "--timeline")
+      a.timeline = next();
+    else if (s == "--poll")
+      a.poll = true;
     else {
       std::fprintf(stderr,
                    "usage: %s [--size N] [--window W] [--rounds R] [--count C] [--alias] "

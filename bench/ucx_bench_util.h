@@ -1,7 +1,6 @@
-// Pieces the raw-UCX benchmark probes share (bench/ucx_rotate.cpp, bench/ucx_ab.cc): a fatal
-// error that names the program and UCX's status, sizes like "1M", and the bootstrap socket
-// over which the two forked processes swap their addresses. Header-only, so that
-// ucx_rotate.cpp still builds with one g++ line.
+// Pieces the raw-UCX benchmarks share (bench/ucx_rotate.cc, bench/ucx_ab.cc): a fatal error
+// that names the program and UCX's status, sizes like "1M", and the bootstrap socket over
+// which the two forked processes swap their addresses.
 #pragma once
 
 #include <ucp/api/ucp.h>
@@ -29,10 +28,20 @@ inline size_t parse_size(const char* s) {
   char* end = nullptr;
   double v = std::strtod(s, &end);
   switch (end && *end ? *end : 0) {
-    case 'K': case 'k': v *= 1024; break;
-    case 'M': case 'm': v *= 1024 * 1024; break;
-    case 'G': case 'g': v *= 1024.0 * 1024 * 1024; break;
-    default: break;
+    case 'K':
+    case 'k':
+      v *= 1024;
+      break;
+    case 'M':
+    case 'm':
+      v *= 1024 * 1024;
+      break;
+    case 'G':
+    case 'g':
+      v *= 1024.0 * 1024 * 1024;
+      break;
+    default:
+      break;
   }
   return static_cast<size_t>(v);
 }

@@ -1,7 +1,7 @@
 #!/bin/bash
-# UCX transport vs ucx_perftest in one run (issue 9): tpcomm point-to-point bandwidth over the
-# ucx transport beside ucx_perftest tag_bw (and ucp_put_bw) over the same UCX_TLS, 1 MiB ..
-# 64 MiB, for UCX's tcp and its shared memory. Prints a markdown table (bench/RESULTS.md).
+# UCX transport vs ucx_perftest in one run: tpcomm point-to-point bandwidth over the ucx
+# transport beside ucx_perftest tag_bw (and ucp_put_bw) over the same UCX_TLS, 1 MiB .. 64 MiB,
+# for UCX's tcp and its shared memory. Prints a markdown table (bench/README.md).
 # A third column (ROTATE, below) is raw UCX receiving into as many buffers as tpcomm does.
 # Each size's runs alternate one by one (a tpcomm run, then the references' runs, then the
 # other way round, REPS times), and the [paired] ratio is the median over all repetitions of
@@ -34,9 +34,8 @@
 # tries thp before mmap), so the script gives p2p_bench --thp there too (THP_MATCH=0: never).
 # Statistics: each round runs ucx_perftest and p2p_bench REPS times each (default 5; each
 # p2p_bench run reports the median of its 5 samples), alternating, and takes each side's
-# median: the same treatment for both (one tpcomm process pair against a median of five
-# perftest pairs left tpcomm's per-round figure with the processes' spread, which perftest's
-# median had filtered: session 18). tpcomm waits spin 100 us, then poll on without yielding
+# median: the same treatment for both (a single process pair's figure carries the processes'
+# spread, which a median of several pairs filters). tpcomm waits spin 100 us, then poll on without yielding
 # while UCX moves a transfer's bytes, and with sched_yield otherwise (TPCOMM_WAIT_SPIN_US,
 # Transport::transferring); ucx_perftest busy-polls. One difference cannot be removed: tag_bw posts all
 # its receives into ONE buffer, while tpcomm refuses overlapping pending receives, so it
@@ -45,20 +44,20 @@
 #
 # PIN=1 binds the sender of both to CPU 0 and the receiver to CPU 1 (p2p_bench --pin; taskset
 # for ucx_perftest: its client sends). tag_bw never writes its send buffer: never give its
-# shared-memory runs mmap buffers (UCX_ALLOC_PRIO=mmap), whose reads map the zero page
-# (bench/RESULTS.md, session 6).
+# shared-memory runs mmap buffers (UCX_ALLOC_PRIO=mmap), whose reads map the zero page.
 #
 # SRC: what the senders read. tag_bw never writes its send buffer; over UCX's tcp that buffer is
 # an mmap (4 KiB pages, THP-advised from 2 MiB), so every read of it maps the kernel's shared
 # zero page, one physical page that stays in the cache: the sender's copy into the socket took
 # ~40% less CPU than from a written buffer (perf, 1 MiB: 53 against 84 us per message in
 # tpcomm's sender), though the receiver's copy paces the transfer and the bandwidth moved by a
-# few percent at most (bench/RESULTS.md, session 7). Over shm its sysv segment gets real pages.
+# few percent at most. Over shm its sysv segment gets real pages.
 #   SRC=real (default): ucx_perftest runs with an LD_PRELOAD shim (built here with cc against
 #     UCX's headers) that fills every buffer ucp_mem_map ALLOCATE gives it, so both read real
 #     memory, as an application's sends do. Falls back to asis, with a note, if cc fails.
 #   SRC=zero: both read the zero page over tcp: p2p_bench gets --untouched-src there.
-#   SRC=asis: the comparison of sessions 4-6 (tag_bw's zero page against tpcomm's real data).
+#   SRC=asis: tag_bw's buffers as ucx_perftest leaves them (its zero page against tpcomm's
+#     real data).
 #
 # PRIO=1 (default) runs every measured process in its own session with autogroup nice -20,
 # both sides alike, so that other jobs on a shared machine disturb the ratios less (needs
@@ -71,8 +70,8 @@ PRIO=${PRIO:-1}
 TLSES=${TLSES:-"tcp shm"}
 VARIANTS=${VARIANTS:-"-"}
 PUT=${PUT:-1}
-# REPS: repetitions per cell and round (PT_REPS, its old name, still works), each one process
-# pair of every contender; a run's figure depends on its processes (their connections, where
+# REPS: repetitions per cell and round (PT_REPS is accepted too), each one process pair of
+# every contender; a run's figure depends on its processes (their connections, where
 # their pages landed) as much as on the minute, so each side's per-round figure is the median
 # over REPS process pairs.
 REPS=${REPS:-${PT_REPS:-5}}
@@ -80,8 +79,8 @@ THP_MATCH=${THP_MATCH:-1}
 PIN=${PIN:-0}
 SRC=${SRC:-real}
 SIZES=${SIZES:-"1048576 4194304 16777216 67108864"}
-# ROTATE=1 (default): a third reference, bench/ucx_rotate.cpp (built here against UCX's
-# headers): raw UCP tag streaming like tag_bw, but with the receiver cycling over W buffers, as
+# ROTATE=1 (default): a third reference, bin/ucx_rotate (bench/ucx_rotate.cc, built where UCX
+# was found): raw UCP tag streaming like tag_bw, but with the receiver cycling over W buffers, as
 # p2p_bench must (two receives posted on one buffer are an error in tpcomm). The difference
 # between it and tag_bw is the receive memory's footprint alone; tpcomm against it is the
 # like-for-like ratio. Beside the alias rows (below) it runs with --alias, receiving into W
@@ -103,8 +102,8 @@ OUT=$(mktemp -d)
 trap '[ -n "$KEEP" ] && mkdir -p "$KEEP" && cp "$OUT"/*.runs "$KEEP"/ 2>/dev/null; rm -rf "$OUT"' EXIT
 command -v ucx_perftest >/dev/null || { echo "ucx_perftest not found (apt install ucx-utils)"; exit 1; }
 # A hugetlb pool changes the comparison: UCX's allocator takes its pages first ("huge" in
-# UCX_ALLOC_PRIO), so tag_bw's buffers land on them while tpcomm's do not (session 22: shm tag_bw
-# at 4 MiB moved 32-38 GB/s, from the caches, against 10-12 for tpcomm and raw UCX).
+# UCX_ALLOC_PRIO), so tag_bw's buffers land on them while tpcomm's do not (shm tag_bw at 4 MiB
+# then moves 32-38 GB/s from the caches, against 10-12 for tpcomm and raw UCX on a Zen 5 VM).
 huge=$(awk '/^HugePages_Total/ {print $2}' /proc/meminfo 2>/dev/null)
 if [ -n "$huge" ] && [ "$huge" != 0 ]; then
   echo "note: a hugetlb pool is reserved (/proc/sys/vm/nr_hugepages); ucx_perftest's buffers take"
@@ -171,9 +170,8 @@ perftest() {
   echo "n/a"
 }
 
-if [ "$ROTATE" = 1 ] && ! g++ -O2 -std=c++20 -o "$OUT/ucx_rotate" "$(dirname "$0")/ucx_rotate.cpp" \
-    -lucp -lucs 2>"$OUT/rot.log"; then
-  echo "note: cannot build bench/ucx_rotate.cpp ($(head -1 "$OUT/rot.log")); ROTATE=0"
+if [ "$ROTATE" = 1 ] && [ ! -x "$BUILD/bin/ucx_rotate" ]; then
+  echo "note: $BUILD/bin/ucx_rotate not built (it needs UCX's headers, libucx-dev); ROTATE=0"
   ROTATE=0
 fi
 
@@ -198,7 +196,7 @@ rotate_run() {
   local tls=$1 w=$2 s=$3 n=$4 v=$5 rp=() r
   [ "$PIN" = 1 ] && rp=(--pin)
   [ "$v" = alias ] && rp+=(--alias)
-  r=$(UCX_TLS=$tls prio timeout 300 "$OUT/ucx_rotate" --size "$s" --window "$w" \
+  r=$(UCX_TLS=$tls prio timeout 300 "$BUILD/bin/ucx_rotate" --size "$s" --window "$w" \
       --buffers "$w" --count "$n" --reps 1 "${rp[@]}" 2>/dev/null | sed -n 's/.*median \([0-9.]*\) GB.*/\1/p')
   echo "${r:-n/a}"
 }

@@ -1,8 +1,14 @@
-# Dependency detection. hwloc is required; UCX, ibverbs, CUDA and NCCL follow their
-# TPCOMM_WITH_* option: AUTO uses what is found, ON fails when missing, OFF leaves it out.
+# Dependency detection. hwloc, nlohmann-json and OpenSSL's libcrypto are required; UCX,
+# ibverbs, CUDA and NCCL follow their TPCOMM_WITH_* option: AUTO uses what is found, ON fails
+# when missing, OFF leaves it out.
 find_package(Threads REQUIRED)
 find_package(PkgConfig REQUIRED)
+# The tools' command lines (header-only; Debian: libcli11-dev).
+find_package(CLI11 REQUIRED CONFIG)
 pkg_check_modules(HWLOC REQUIRED IMPORTED_TARGET hwloc>=2.0)
+# JSON (header-only) and libcrypto's HMAC-SHA256, both used inside libtpcomm only.
+find_package(nlohmann_json 3.10 REQUIRED)
+find_package(OpenSSL 1.1 REQUIRED COMPONENTS Crypto)
 
 # tpcomm_resolve(NAME FOUND DETAIL): sets TPCOMM_HAVE_<NAME> (0/1) and a summary text.
 function(tpcomm_resolve name found detail)

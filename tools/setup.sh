@@ -8,10 +8,10 @@
 set -euo pipefail
 
 pkgs=(cmake ninja-build g++ clang pkg-config make
-      libhwloc-dev hwloc
+      libhwloc-dev hwloc nlohmann-json3-dev libssl-dev graphviz python3-matplotlib
       libibverbs-dev librdmacm-dev ibverbs-providers rdma-core
       libucx-dev ucx-utils
-      libgtest-dev libgmock-dev googletest libbenchmark-dev
+      libgtest-dev libgmock-dev googletest libbenchmark-dev libcli11-dev
       iproute2 procps python3)
 if [[ "${1:-}" == "--peers" ]]; then
   pkgs+=(python3-torch libgloo-dev openmpi-bin libopenmpi-dev iperf3 hyperfine)

@@ -11,6 +11,8 @@
 
 #include <cstdio>
 
+#include "core/config.h"
+#include "tpcomm/transport/transport.hpp"
 #include "tpcomm/version.hpp"
 
 namespace tpcomm::topo {
@@ -82,17 +84,19 @@ TransportProbe probe_ucx() {
     p.detail = "not built: UCX (libucx-dev) was not found when tpcomm was configured";
     return p;
   }
-  void* h = dlopen("libucp.so.0", RTLD_LAZY | RTLD_LOCAL);
+  transport::register_builtin_transports();
+  const std::string lib = config::get_string("TPCOMM_UCX_LIBRARY");
+  void* h = dlopen(lib.c_str(), RTLD_LAZY | RTLD_LOCAL);
   if (!h) {
     const char* e = dlerror();
-    p.detail = std::string("libucp.so.0 cannot be loaded: ") + (e ? e : "?") +
-               " (install UCX or set LD_LIBRARY_PATH)";
+    p.detail = lib + " cannot be loaded: " + (e ? e : "?") +
+               " (install UCX, set LD_LIBRARY_PATH, or check TPCOMM_UCX_LIBRARY)";
     return p;
   }
   using VersionFn = const char* (*)();
   auto version = reinterpret_cast<VersionFn>(dlsym(h, "ucp_get_version_string"));
   p.usable = true;
-  p.detail = std::string("libucp.so.0 loaded") + (version ? ", UCX " + std::string(version()) : "");
+  p.detail = lib + " loaded" + (version ? ", UCX " + std::string(version()) : "");
   dlclose(h);
   return p;
 }
@@ -105,11 +109,14 @@ TransportProbe probe_ibverbs() {
         "when tpcomm was configured";
     return p;
   }
-  void* h = dlopen("libibverbs.so.1", RTLD_LAZY | RTLD_LOCAL);
+  // The library the transport itself would open (TPCOMM_IBVERBS_LIB).
+  transport::register_builtin_transports();
+  const std::string lib = config::get_string("TPCOMM_IBVERBS_LIB");
+  void* h = dlopen(lib.c_str(), RTLD_LAZY | RTLD_LOCAL);
   if (!h) {
     const char* e = dlerror();
-    p.detail = std::string("libibverbs.so.1 cannot be loaded: ") + (e ? e : "?") +
-               " (install rdma-core / libibverbs1)";
+    p.detail = lib + " cannot be loaded: " + (e ? e : "?") +
+               " (install rdma-core / libibverbs1, or check TPCOMM_IBVERBS_LIB)";
     return p;
   }
   struct Device;
@@ -120,7 +127,7 @@ TransportProbe probe_ibverbs() {
   auto free_list = reinterpret_cast<FreeFn>(dlsym(h, "ibv_free_device_list"));
   auto name = reinterpret_cast<NameFn>(dlsym(h, "ibv_get_device_name"));
   if (!list || !free_list || !name) {
-    p.detail = "libibverbs.so.1 lacks ibv_get_device_list: a broken rdma-core install";
+    p.detail = lib + " lacks ibv_get_device_list: a broken rdma-core install";
     dlclose(h);
     return p;
   }

@@ -13,8 +13,8 @@ namespace detail {
 
 namespace {
 
-const json::Value& object_at(const json::Value& v, const std::string& where) {
-  v.as_object(where);
+const json::Json& object_at(const json::Json& v, const std::string& where) {
+  json::as_object(v, where);
   return v;
 }
 
@@ -24,71 +24,69 @@ std::string field(const std::string& where, std::string_view key) {
 
 }  // namespace
 
-void get(const json::Value& o, const std::string& where, std::string_view key, std::string* out) {
-  if (const json::Value* v = o.find(key)) *out = v->as_string(field(where, key));
+void get(const json::Json& o, const std::string& where, std::string_view key, std::string* out) {
+  if (const json::Json* v = json::find(o, key)) *out = json::as_string(*v, field(where, key));
 }
 
-void get(const json::Value& o, const std::string& where, std::string_view key, int* out) {
-  const json::Value* v = o.find(key);
+void get(const json::Json& o, const std::string& where, std::string_view key, int* out) {
+  const json::Json* v = json::find(o, key);
   if (!v) return;
-  int64_t i = v->as_int(field(where, key));
+  int64_t i = json::as_int(*v, field(where, key));
   if (i < std::numeric_limits<int>::min() || i > std::numeric_limits<int>::max())
     throw InvalidArgument(field(where, key) + " is out of range: " + std::to_string(i));
   *out = static_cast<int>(i);
 }
 
-void get(const json::Value& o, const std::string& where, std::string_view key, bool* out) {
-  if (const json::Value* v = o.find(key)) *out = v->as_bool(field(where, key));
+void get(const json::Json& o, const std::string& where, std::string_view key, bool* out) {
+  if (const json::Json* v = json::find(o, key)) *out = json::as_bool(*v, field(where, key));
 }
 
-void get(const json::Value& o, const std::string& where, std::string_view key, double* out) {
-  if (const json::Value* v = o.find(key)) *out = v->as_double(field(where, key));
+void get(const json::Json& o, const std::string& where, std::string_view key, double* out) {
+  if (const json::Json* v = json::find(o, key)) *out = json::as_double(*v, field(where, key));
 }
 
-void get(const json::Value& o, const std::string& where, std::string_view key, uint16_t* out) {
-  const json::Value* v = o.find(key);
+void get(const json::Json& o, const std::string& where, std::string_view key, uint16_t* out) {
+  const json::Json* v = json::find(o, key);
   if (!v) return;
-  int64_t i = v->as_int(field(where, key));
+  int64_t i = json::as_int(*v, field(where, key));
   if (i < 0 || i > 0xffff)
     throw InvalidArgument(field(where, key) + " is out of range 0..65535: " + std::to_string(i));
   *out = static_cast<uint16_t>(i);
 }
 
-void get(const json::Value& o, const std::string& where, std::string_view key, uint64_t* out) {
-  const json::Value* v = o.find(key);
+void get(const json::Json& o, const std::string& where, std::string_view key, uint64_t* out) {
+  const json::Json* v = json::find(o, key);
   if (!v) return;
-  int64_t i = v->as_int(field(where, key));
-  if (i < 0) throw InvalidArgument(field(where, key) + " is negative: " + std::to_string(i));
-  *out = static_cast<uint64_t>(i);
+  *out = json::as_uint(*v, field(where, key));
 }
 
-void get(const json::Value& o, const std::string& where, std::string_view key,
+void get(const json::Json& o, const std::string& where, std::string_view key,
          std::vector<std::string>* out) {
   out->clear();
   each(o, where, key,
-       [&](const json::Value& e, const std::string& w) { out->push_back(e.as_string(w)); });
+       [&](const json::Json& e, const std::string& w) { out->push_back(json::as_string(e, w)); });
 }
 
-json::Value encode_strings(const std::vector<std::string>& v) {
-  json::Array a;
+json::Json encode_strings(const std::vector<std::string>& v) {
+  json::Json a = json::Json::array();
   for (const std::string& s : v) a.emplace_back(s);
-  return json::Value(std::move(a));
+  return a;
 }
 
-json::Value encode(const PciDevice& d) {
-  json::Value v;
-  v.set("busid", d.busid);
-  v.set("vendor_id", static_cast<int>(d.vendor_id));
-  v.set("device_id", static_cast<int>(d.device_id));
-  v.set("class_id", static_cast<int>(d.class_id));
-  v.set("link_gbs", d.link_gbs);
-  v.set("path", encode_strings(d.path));
-  v.set("numa", d.numa);
-  v.set("package", d.package);
+json::Json encode(const PciDevice& d) {
+  json::Json v;
+  v["busid"] = d.busid;
+  v["vendor_id"] = static_cast<int>(d.vendor_id);
+  v["device_id"] = static_cast<int>(d.device_id);
+  v["class_id"] = static_cast<int>(d.class_id);
+  v["link_gbs"] = d.link_gbs;
+  v["path"] = encode_strings(d.path);
+  v["numa"] = d.numa;
+  v["package"] = d.package;
   return v;
 }
 
-PciDevice decode_pci(const json::Value& v, const std::string& where) {
+PciDevice decode_pci(const json::Json& v, const std::string& where) {
   object_at(v, where);
   PciDevice d;
   get(v, where, "busid", &d.busid);
@@ -102,24 +100,24 @@ PciDevice decode_pci(const json::Value& v, const std::string& where) {
   return d;
 }
 
-json::Value encode(const Gpu& g) {
-  json::Value v;
-  v.set("pci", encode(g.pci));
-  v.set("vendor", g.vendor);
-  v.set("model", g.model);
-  v.set("cuda_index", g.cuda_index);
-  v.set("nvml_index", g.nvml_index);
-  v.set("os_devices", encode_strings(g.os_devices));
-  v.set("nvlink_peers", encode_strings(g.nvlink_peers));
-  v.set("nvswitch", g.nvswitch);
-  v.set("nvlink_bw", g.nvlink_bw);
+json::Json encode(const Gpu& g) {
+  json::Json v;
+  v["pci"] = encode(g.pci);
+  v["vendor"] = g.vendor;
+  v["model"] = g.model;
+  v["cuda_index"] = g.cuda_index;
+  v["nvml_index"] = g.nvml_index;
+  v["os_devices"] = encode_strings(g.os_devices);
+  v["nvlink_peers"] = encode_strings(g.nvlink_peers);
+  v["nvswitch"] = g.nvswitch;
+  v["nvlink_bw"] = g.nvlink_bw;
   return v;
 }
 
-Gpu decode_gpu(const json::Value& v, const std::string& where) {
+Gpu decode_gpu(const json::Json& v, const std::string& where) {
   object_at(v, where);
   Gpu g;
-  if (const json::Value* p = v.find("pci")) g.pci = decode_pci(*p, where + ".pci");
+  if (const json::Json* p = json::find(v, "pci")) g.pci = decode_pci(*p, where + ".pci");
   get(v, where, "vendor", &g.vendor);
   get(v, where, "model", &g.model);
   get(v, where, "cuda_index", &g.cuda_index);
@@ -131,36 +129,36 @@ Gpu decode_gpu(const json::Value& v, const std::string& where) {
   return g;
 }
 
-json::Value encode(const NicPort& p) {
-  json::Value v;
-  v.set("number", p.number);
-  v.set("state", p.state);
-  v.set("link_layer", p.link_layer);
-  v.set("lid", p.lid);
-  v.set("gid0", p.gid0);
-  v.set("rate_gbps", p.rate_gbps);
+json::Json encode(const NicPort& p) {
+  json::Json v;
+  v["number"] = p.number;
+  v["state"] = p.state;
+  v["link_layer"] = p.link_layer;
+  v["lid"] = p.lid;
+  v["gid0"] = p.gid0;
+  v["rate_gbps"] = p.rate_gbps;
   return v;
 }
 
-json::Value encode(const Nic& n) {
-  json::Value v;
-  v.set("name", n.name);
-  v.set("pci", encode(n.pci));
-  v.set("kind", n.kind);
-  json::Array ports;
+json::Json encode(const Nic& n) {
+  json::Json v;
+  v["name"] = n.name;
+  v["pci"] = encode(n.pci);
+  v["kind"] = n.kind;
+  json::Json ports = json::Json::array();
   for (const NicPort& p : n.ports) ports.push_back(encode(p));
-  v.set("ports", json::Value(std::move(ports)));
-  v.set("netdevs", encode_strings(n.netdevs));
+  v["ports"] = std::move(ports);
+  v["netdevs"] = encode_strings(n.netdevs);
   return v;
 }
 
-Nic decode_nic(const json::Value& v, const std::string& where) {
+Nic decode_nic(const json::Json& v, const std::string& where) {
   object_at(v, where);
   Nic n;
   get(v, where, "name", &n.name);
-  if (const json::Value* p = v.find("pci")) n.pci = decode_pci(*p, where + ".pci");
+  if (const json::Json* p = json::find(v, "pci")) n.pci = decode_pci(*p, where + ".pci");
   get(v, where, "kind", &n.kind);
-  each(v, where, "ports", [&](const json::Value& e, const std::string& w) {
+  each(v, where, "ports", [&](const json::Json& e, const std::string& w) {
     object_at(e, w);
     NicPort p;
     get(e, w, "number", &p.number);
@@ -175,21 +173,21 @@ Nic decode_nic(const json::Value& v, const std::string& where) {
   return n;
 }
 
-json::Value encode(const NetIf& n) {
-  json::Value v;
-  v.set("name", n.name);
-  v.set("address", n.address);
-  v.set("pci", encode(n.pci));
-  v.set("rdma_device", n.rdma_device);
+json::Json encode(const NetIf& n) {
+  json::Json v;
+  v["name"] = n.name;
+  v["address"] = n.address;
+  v["pci"] = encode(n.pci);
+  v["rdma_device"] = n.rdma_device;
   return v;
 }
 
-NetIf decode_netif(const json::Value& v, const std::string& where) {
+NetIf decode_netif(const json::Json& v, const std::string& where) {
   object_at(v, where);
   NetIf n;
   get(v, where, "name", &n.name);
   get(v, where, "address", &n.address);
-  if (const json::Value* p = v.find("pci")) n.pci = decode_pci(*p, where + ".pci");
+  if (const json::Json* p = json::find(v, "pci")) n.pci = decode_pci(*p, where + ".pci");
   get(v, where, "rdma_device", &n.rdma_device);
   return n;
 }
@@ -203,47 +201,47 @@ constexpr int kVersion = 1;
 
 std::string to_json(const Topology& t, int indent) {
   using detail::encode;
-  json::Value v;
-  v.set("format", kFormat);
-  v.set("version", kVersion);
-  v.set("host_id", t.host_id);
-  v.set("hostname", t.hostname);
-  v.set("source", t.source);
-  v.set("hwloc_version", t.hwloc_version);
-  v.set("cpu_model", t.cpu_model);
-  v.set("cores", t.cores);
-  v.set("pus", t.pus);
-  json::Array pk, nn, gp, ni, ne;
+  json::Json v;
+  v["format"] = kFormat;
+  v["version"] = kVersion;
+  v["host_id"] = t.host_id;
+  v["hostname"] = t.hostname;
+  v["source"] = t.source;
+  v["hwloc_version"] = t.hwloc_version;
+  v["cpu_model"] = t.cpu_model;
+  v["cores"] = t.cores;
+  v["pus"] = t.pus;
+  json::Json pk = json::Json::array(), nn = pk, gp = pk, ni = pk, ne = pk;
   for (const Package& p : t.packages) {
-    json::Value o;
-    o.set("os_index", p.os_index);
-    o.set("cpuset", p.cpuset);
+    json::Json o;
+    o["os_index"] = p.os_index;
+    o["cpuset"] = p.cpuset;
     pk.push_back(std::move(o));
   }
   for (const NumaNode& n : t.numa_nodes) {
-    json::Value o;
-    o.set("os_index", n.os_index);
-    o.set("package", n.package);
-    o.set("cpuset", n.cpuset);
-    o.set("memory_bytes", n.memory_bytes);
+    json::Json o;
+    o["os_index"] = n.os_index;
+    o["package"] = n.package;
+    o["cpuset"] = n.cpuset;
+    o["memory_bytes"] = n.memory_bytes;
     nn.push_back(std::move(o));
   }
   for (const Gpu& g : t.gpus) gp.push_back(encode(g));
   for (const Nic& n : t.nics) ni.push_back(encode(n));
   for (const NetIf& n : t.netifs) ne.push_back(encode(n));
-  v.set("packages", json::Value(std::move(pk)));
-  v.set("numa_nodes", json::Value(std::move(nn)));
-  v.set("gpus", json::Value(std::move(gp)));
-  v.set("nics", json::Value(std::move(ni)));
-  v.set("netifs", json::Value(std::move(ne)));
-  return json::write(v, indent);
+  v["packages"] = std::move(pk);
+  v["numa_nodes"] = std::move(nn);
+  v["gpus"] = std::move(gp);
+  v["nics"] = std::move(ni);
+  v["netifs"] = std::move(ne);
+  return json::dump(v, indent > 0 ? indent : -1);
 }
 
 Topology topology_from_json(std::string_view text, std::string_view what) {
   using namespace detail;
-  json::Value v = json::parse(text, what);
+  json::Json v = json::parse(text, what);
   const std::string w(what);
-  v.as_object(w);
+  json::as_object(v, w);
   std::string format;
   int version = 0;
   get(v, w, "format", &format);
@@ -260,15 +258,15 @@ Topology topology_from_json(std::string_view text, std::string_view what) {
   get(v, w, "cpu_model", &t.cpu_model);
   get(v, w, "cores", &t.cores);
   get(v, w, "pus", &t.pus);
-  each(v, w, "packages", [&](const json::Value& e, const std::string& ew) {
-    e.as_object(ew);
+  each(v, w, "packages", [&](const json::Json& e, const std::string& ew) {
+    json::as_object(e, ew);
     Package p;
     get(e, ew, "os_index", &p.os_index);
     get(e, ew, "cpuset", &p.cpuset);
     t.packages.push_back(std::move(p));
   });
-  each(v, w, "numa_nodes", [&](const json::Value& e, const std::string& ew) {
-    e.as_object(ew);
+  each(v, w, "numa_nodes", [&](const json::Json& e, const std::string& ew) {
+    json::as_object(e, ew);
     NumaNode n;
     get(e, ew, "os_index", &n.os_index);
     get(e, ew, "package", &n.package);
@@ -277,10 +275,10 @@ Topology topology_from_json(std::string_view text, std::string_view what) {
     t.numa_nodes.push_back(std::move(n));
   });
   each(v, w, "gpus",
-       [&](const json::Value& e, const std::string& ew) { t.gpus.push_back(decode_gpu(e, ew)); });
+       [&](const json::Json& e, const std::string& ew) { t.gpus.push_back(decode_gpu(e, ew)); });
   each(v, w, "nics",
-       [&](const json::Value& e, const std::string& ew) { t.nics.push_back(decode_nic(e, ew)); });
-  each(v, w, "netifs", [&](const json::Value& e, const std::string& ew) {
+       [&](const json::Json& e, const std::string& ew) { t.nics.push_back(decode_nic(e, ew)); });
+  each(v, w, "netifs", [&](const json::Json& e, const std::string& ew) {
     t.netifs.push_back(decode_netif(e, ew));
   });
   return t;

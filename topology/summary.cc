@@ -40,21 +40,21 @@ Nic slim(const Nic& n) {
   return s;
 }
 
-json::Value encode_pick(const NicPick& p) {
-  json::Value v;
-  v.set("nic", p.nic);
-  v.set("port", p.port);
-  v.set("kind", p.kind);
-  v.set("relation", relation_name(p.relation));
-  v.set("gdr", p.gdr);
-  v.set("why", p.why);
-  v.set("gdr_why", p.gdr_why);
+json::Json encode_pick(const NicPick& p) {
+  json::Json v;
+  v["nic"] = p.nic;
+  v["port"] = p.port;
+  v["kind"] = p.kind;
+  v["relation"] = relation_name(p.relation);
+  v["gdr"] = p.gdr;
+  v["why"] = p.why;
+  v["gdr_why"] = p.gdr_why;
   return v;
 }
 
-NicPick decode_pick(const json::Value& v, const std::string& where) {
+NicPick decode_pick(const json::Json& v, const std::string& where) {
   using detail::get;
-  v.as_object(where);
+  json::as_object(v, where);
   NicPick p;
   std::string rel = "SYS";
   get(v, where, "nic", &p.nic);
@@ -129,31 +129,31 @@ Summary local_summary(const Topology& t, int rank, int local_rank, std::string g
 
 std::string summary_to_string(const Summary& s) {
   using detail::encode;
-  json::Value v;
-  v.set("format", kFormat);
-  v.set("version", kVersion);
-  v.set("rank", s.rank);
-  v.set("local_rank", s.local_rank);
-  v.set("host_id", s.host_id);
-  v.set("numa_count", s.numa_count);
-  v.set("numa", s.numa);
-  v.set("gpu", s.gpu);
-  json::Array gpus, nics;
+  json::Json v;
+  v["format"] = kFormat;
+  v["version"] = kVersion;
+  v["rank"] = s.rank;
+  v["local_rank"] = s.local_rank;
+  v["host_id"] = s.host_id;
+  v["numa_count"] = s.numa_count;
+  v["numa"] = s.numa;
+  v["gpu"] = s.gpu;
+  json::Json gpus = json::Json::array(), nics = gpus;
   for (const Gpu& g : s.gpus) gpus.push_back(encode(g));
   for (const Nic& n : s.nics) nics.push_back(encode(n));
-  v.set("gpus", json::Value(std::move(gpus)));
-  v.set("nics", json::Value(std::move(nics)));
-  v.set("host_nic", encode_pick(s.host_nic));
-  v.set("gpu_nic", encode_pick(s.gpu_nic));
-  v.set("transports", detail::encode_strings(s.transports));
-  return json::write(v);
+  v["gpus"] = std::move(gpus);
+  v["nics"] = std::move(nics);
+  v["host_nic"] = encode_pick(s.host_nic);
+  v["gpu_nic"] = encode_pick(s.gpu_nic);
+  v["transports"] = detail::encode_strings(s.transports);
+  return json::dump(v);
 }
 
 Summary summary_from_string(std::string_view text, std::string_view what) {
   using namespace detail;
-  json::Value v = json::parse(text, what);
+  json::Json v = json::parse(text, what);
   const std::string w(what);
-  v.as_object(w);
+  json::as_object(v, w);
   std::string format;
   int version = 0;
   get(v, w, "format", &format);
@@ -171,11 +171,12 @@ Summary summary_from_string(std::string_view text, std::string_view what) {
   get(v, w, "numa", &s.numa);
   get(v, w, "gpu", &s.gpu);
   each(v, w, "gpus",
-       [&](const json::Value& e, const std::string& ew) { s.gpus.push_back(decode_gpu(e, ew)); });
+       [&](const json::Json& e, const std::string& ew) { s.gpus.push_back(decode_gpu(e, ew)); });
   each(v, w, "nics",
-       [&](const json::Value& e, const std::string& ew) { s.nics.push_back(decode_nic(e, ew)); });
-  if (const json::Value* p = v.find("host_nic")) s.host_nic = decode_pick(*p, w + ".host_nic");
-  if (const json::Value* p = v.find("gpu_nic")) s.gpu_nic = decode_pick(*p, w + ".gpu_nic");
+       [&](const json::Json& e, const std::string& ew) { s.nics.push_back(decode_nic(e, ew)); });
+  if (const json::Json* p = json::find(v, "host_nic"))
+    s.host_nic = decode_pick(*p, w + ".host_nic");
+  if (const json::Json* p = json::find(v, "gpu_nic")) s.gpu_nic = decode_pick(*p, w + ".gpu_nic");
   get(v, w, "transports", &s.transports);
   if (!s.gpu.empty() && !s.my_gpu())
     throw InvalidArgument(w + ": gpu '" + s.gpu + "' is not among its gpus");

@@ -36,11 +36,15 @@ struct Options {
   /// log_dir is set, kept for torchrun compatibility; wins over redirects).
   Streams tee = Streams::None;
   std::map<int, Streams> tee_per_rank;
-  std::string rdzv_endpoint;              ///< host[:port]; overrides master_addr/master_port.
+  std::string rdzv_endpoint;  ///< host[:port]; overrides master_addr/master_port.
+  /// --store HOST:PORT: the job's store is an external tpstore there (master_addr and
+  /// master_port point at it); no node hosts one, every worker connects as a client.
+  bool external_store = false;
   std::string job_id;                     ///< TPCOMM_JOB_ID given to workers; chosen when empty.
   std::chrono::milliseconds grace{5000};  ///< SIGTERM to SIGKILL when stopping workers.
   bool prefix_output = true;              ///< "[rank N]: " before each line of worker output.
   bool help = false;                      ///< -h/--help was given: print usage() and exit 0.
+  bool version = false;                   ///< --version was given: print it and exit 0.
   /// --bind-to core: local rank i runs on the i-th CPU tprun may use (wrapping when there are
   /// more ranks than CPUs), as mpirun binds by default; false (none): the scheduler decides,
   /// as under torchrun.

@@ -1,6 +1,7 @@
 // tpbench's descriptor table: per operation its name, how a size in bytes maps to element
-// counts, the nccl-tests bus-bandwidth factor (shared/research/anchors.md section 2), whether
-// it reduces, has a root or an in-place form, and how its buffers are initialised and checked.
+// counts, the nccl-tests bus-bandwidth factor (as nccl-tests' doc/PERFORMANCE.md defines it),
+// whether it reduces, has a root or an in-place form, and how its buffers are initialised and
+// checked.
 #pragma once
 
 #include <cstddef>

@@ -1,9 +1,12 @@
-// tpbench's command line.
+// tpbench's command line on CLI11, with nccl-tests' letters and meanings.
 #include "bench/bench_options.h"
 
+#include <cstdlib>
+#include <optional>
 #include <sstream>
 
 #include "bench/bench_ops.h"
+#include "core/cli.h"
 #include "core/config.h"
 #include "tpcomm/error.hpp"
 
@@ -11,10 +14,37 @@ namespace tpcomm::bench {
 
 namespace {
 
-[[noreturn]] void bad(const std::string& flag, const std::string& value, const std::string& want) {
-  throw InvalidArgument("tpbench: bad value '" + value + "' for " + flag + ": " + want +
-                        " (tpbench -h lists the options)");
-}
+// nccl-tests' programs and the collective each runs.
+struct Program {
+  const char* name;
+  const char* op;
+};
+constexpr Program kPrograms[] = {
+    {"all_reduce_perf", "allreduce"},
+    {"all_gather_perf", "allgather"},
+    {"broadcast_perf", "broadcast"},
+    {"reduce_perf", "reduce"},
+    {"reduce_scatter_perf", "reducescatter"},
+    {"alltoall_perf", "alltoall"},
+    {"gather_perf", "gather"},
+    {"scatter_perf", "scatter"},
+    {"sendrecv_perf", "sendrecv"},
+};
+
+// nccl-tests options tpbench does not have: refused by name rather than taken as something
+// else.
+struct Unsupported {
+  const char* names;
+  const char* what;
+};
+constexpr Unsupported kUnsupported[] = {
+    {"-G,--cudagraph", "CUDA graphs"},
+    {"-p,--parallel_init", "parallel communicator init"},
+    {"-C,--report_cputime", "CPU-time reporting"},
+    {"-R,--local_register", "buffer registration"},
+    {"-N,--run_cycles", "run cycles"},
+    {"-T,--timeout", "the per-test timeout (use TPCOMM_TIMEOUT)"},
+};
 
 std::vector<std::string> split_commas(const std::string& s) {
   std::vector<std::string> out;
@@ -26,205 +56,262 @@ std::vector<std::string> split_commas(const std::string& s) {
   return out;
 }
 
-uint64_t size_value(const std::string& flag, const std::string& v) {
-  auto s = config::parse_size(v);
-  if (!s) bad(flag, v, "a size in bytes such as 8, 64K, 1M, 4G");
-  return *s;
+// The raw values of the options whose parsing is ours (sizes, lists).
+struct Raw {
+  std::string b, e, i, collective, d, o, slice, device = "cpu";
+  int check = 1, blocking = 0, thp = 0, average = 1;
+  std::vector<std::string> unsupported;
+};
+
+CLI::Validator size_check() {
+  return CLI::Validator(
+      [](std::string& v) -> std::string {
+        return config::parse_size(v) ? "" : "'" + v + "' is not a size such as 8, 64K, 1M, 4G";
+      },
+      "");
 }
 
-int64_t int_value(const std::string& flag, const std::string& v, int64_t lo, int64_t hi) {
-  auto i = config::parse_int(v);
-  if (!i || *i < lo || *i > hi) {
-    bad(flag, v, "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+void add_options(CLI::App& app, BenchOptions& o, Raw& r) {
+  app.add_option("-b,--minbytes", r.b, "smallest size (default 8)")
+      ->type_name("SIZE")
+      ->check(size_check());
+  app.add_option("-e,--maxbytes", r.e, "largest size (default 64M)")
+      ->type_name("SIZE")
+      ->check(size_check());
+  app.add_option("-f,--stepfactor", o.factor, "multiply the size by F each step (default 2)")
+      ->type_name("F")
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            char* end = nullptr;
+            double f = std::strtod(v.c_str(), &end);
+            return end != v.c_str() && *end == '\0' && f > 1.0
+                       ? ""
+                       : "'" + v + "' is not a number above 1";
+          },
+          ""));
+  app.add_option("-i,--stepbytes", r.i, "add SIZE each step instead of -f")
+      ->type_name("SIZE")
+      ->check(size_check());
+  app.add_option("--collective", r.collective,
+                 "collectives, comma-separated, or all (default: the program's, else "
+                 "allreduce): " +
+                     bench_op_names())
+      ->type_name("NAMES");
+  app.add_option("-o,--op,--redop", r.o,
+                 "reductions: sum, prod, min, max, avg, mulsum (premul_sum), band, bor, bxor, "
+                 "or all (default sum)")
+      ->type_name("OPS");
+  app.add_option("-d,--datatype", r.d,
+                 "dtypes, comma-separated, or all: int8, uint8, int32, int64, half, float, "
+                 "double, bfloat16 (and float16, float32, ...; default float)")
+      ->type_name("TYPES");
+  app.add_option("-r,--root", o.root, "root of broadcast, reduce, gather, scatter (default 0)")
+      ->check(CLI::Range(0, 1 << 30));
+  app.add_option("-n,--iters", o.iters, "timed iterations per size (default 20)")
+      ->check(CLI::Range(1, 1 << 30));
+  app.add_option("-w,--warmup_iters", o.warmup, "untimed iterations first (default 5)")
+      ->check(CLI::Range(0, 1 << 30));
+  app.add_option("-m,--agg_iters", o.agg_iters,
+                 "calls per timed iteration; the time shown is per call (default 1)")
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("-a,--average", r.average,
+                 "the time shown, over ranks: 0 rank 0's, 1 the mean, 2 the minimum, 3 the "
+                 "maximum (default 1)")
+      ->check(CLI::Range(0, 3));
+  app.add_option("-c,--check", r.check, "verify every result, count #wrong (default 1)")
+      ->check(CLI::Range(0, 1));
+  app.add_option("-z,--blocking", r.blocking,
+                 "0|1: tpcomm's host calls complete before they return, so both time the same "
+                 "(default 0)")
+      ->check(CLI::Range(0, 1));
+  app.add_option("-t,--nthreads,--threads", o.threads,
+                 "N ranks as threads of this process, without a launcher (default 4 there; under "
+                 "tprun each process is one rank: 1)")
+      ->check(CLI::Range(1, 1024));
+  app.add_option("-g,--ngpus", o.ngpus, "devices per thread: 1 (each rank one host buffer set)")
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--samples", o.samples,
+                 "time S samples of -n iterations, each after a barrier, and show the median "
+                 "(default 1: one sample, as nccl-tests)")
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--algo,--algorithm", o.algorithm,
+                 "force an algorithm (as TPCOMM_ALGO does for one collective)")
+      ->type_name("NAME");
+  app.add_option("--transport", o.transport, "transport of the process group (shm, tcp, ...)")
+      ->type_name("NAME");
+  app.add_option("--slice", r.slice, "pipelining slice of the chunked algorithms")
+      ->type_name("SIZE")
+      ->check(size_check());
+  app.add_flag("--json", o.json, "JSON instead of the table");
+  app.add_flag("--csv", o.csv, "CSV instead of the table");
+  app.add_option("--out", o.out,
+                 "rank 0 writes the table, JSON or CSV to FILE instead of stdout (clean under "
+                 "tprun, which prefixes worker output)")
+      ->type_name("FILE");
+  app.add_option("--thp", r.thp, "0|1: buffers on transparent huge pages (default 0: 4 KiB pages)")
+      ->check(CLI::Range(0, 1));
+  app.add_option("--device", r.device,
+                 "where the buffers live (default cpu); cuda: on GPU LOCAL_RANK % GPUs, filled "
+                 "and checked on the host")
+      ->type_name("cpu|cuda")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  for (const Unsupported& u : kUnsupported)
+    app.add_option(u.names, r.unsupported,
+                   std::string("nccl-tests' ") + u.what + ": not supported by tpbench")
+        ->group("nccl-tests options tpbench refuses");
+}
+
+std::string describe(CLI::App& app, std::string_view program) {
+  std::string p(program);
+  app.description("usage: tprun --nproc-per-node N " + p + " [options]   (or " + p +
+                  " -t N: N ranks as threads)\n\n" + p +
+                  ": collective sweeps in the form of nccl-tests, with nccl-tests' options. The\n"
+                  "collective comes from the program name (all_reduce_perf, all_gather_perf,\n"
+                  "broadcast_perf, reduce_perf, reduce_scatter_perf, alltoall_perf, gather_perf,\n"
+                  "scatter_perf, sendrecv_perf: links to tpbench) or --collective.");
+  app.footer(
+      "Columns: size (B), count (elements), type, redop, root, then for out-of-place and\n"
+      "in-place: time (us, the -a average over ranks of the mean per call), algbw = size /\n"
+      "time (GB/s), busbw = algbw x the nccl-tests factor of the collective (GB/s), #wrong\n"
+      "elements. Exit status: 0, 1 when a result was wrong or the run failed, 2 for a bad\n"
+      "command line.");
+  return p;
+}
+
+std::vector<std::string> parse_collectives(std::string_view tool, const std::string& value) {
+  std::vector<std::string> ops;
+  for (const std::string& name : split_commas(value)) {
+    if (name == "all") {
+      for (const OpDesc& d : bench_ops()) ops.push_back(d.name);
+      continue;
+    }
+    const OpDesc* d = find_bench_op(name);
+    if (d == nullptr)
+      cli::usage_error(tool,
+                       "--collective: '" + name + "' is not one of " + bench_op_names() + ", all");
+    ops.push_back(d->name);
   }
-  return *i;
+  if (ops.empty()) cli::usage_error(tool, "--collective: needs at least one collective");
+  return ops;
+}
+
+std::vector<DType> parse_dtypes(std::string_view tool, const std::string& value) {
+  std::vector<DType> out;
+  for (const std::string& name : split_commas(value)) {
+    if (name == "all") {
+      for (int t = 0; t < kNumDTypes; ++t) out.push_back(static_cast<DType>(t));
+      continue;
+    }
+    auto t = parse_dtype(name);
+    if (!t)
+      cli::usage_error(tool, "-d: '" + name +
+                                 "' is not a dtype tpcomm has: int8, uint8, int16, int32, "
+                                 "int64, half, float, double, bfloat16, bool, or all");
+    out.push_back(*t);
+  }
+  if (out.empty()) cli::usage_error(tool, "-d: needs at least one dtype");
+  return out;
+}
+
+std::vector<ReduceOp> parse_redops(std::string_view tool, const std::string& value) {
+  std::vector<ReduceOp> out;
+  for (const std::string& name : split_commas(value)) {
+    if (name == "all") {
+      for (int r = 0; r <= static_cast<int>(ReduceOp::PREMUL_SUM); ++r)
+        out.push_back(static_cast<ReduceOp>(r));
+      continue;
+    }
+    auto r =
+        name == "mulsum" ? std::optional<ReduceOp>(ReduceOp::PREMUL_SUM) : parse_reduce_op(name);
+    if (!r)
+      cli::usage_error(tool, "-o: '" + name +
+                                 "' is not a reduction: sum, prod, min, max, avg, mulsum, band, "
+                                 "bor, bxor, premul_sum or all");
+    out.push_back(*r);
+  }
+  if (out.empty()) cli::usage_error(tool, "-o: needs at least one reduction");
+  return out;
 }
 
 }  // namespace
 
-std::string bench_usage() {
-  return "tpbench: collective and point-to-point bandwidth sweeps in the form of nccl-tests\n"
-         "usage: tprun --nproc-per-node N tpbench [options]    (or tpbench --threads N ...)\n"
-         "  -b, --minbytes SIZE    smallest size (default 8)\n"
-         "  -e, --maxbytes SIZE    largest size (default 64M)\n"
-         "  -f, --stepfactor F     multiply the size by F each step (default 2)\n"
-         "  -i, --stepbytes SIZE   add SIZE each step instead of -f\n"
-         "  -o, --op OPS           operations, comma-separated, or all (default allreduce):\n"
-         "                         " +
-         bench_op_names() +
-         "\n"
-         "  -d, --datatype TYPES   dtypes, comma-separated, or all (default float32)\n"
-         "      --redop OPS        reductions: sum, prod, min, max, avg, band, bor, bxor,\n"
-         "                         premul_sum, or all (default sum)\n"
-         "  -r, --root N           root of broadcast, reduce, gather, scatter (default 0)\n"
-         "  -n, --iters N          timed iterations per size (default 20)\n"
-         "  -w, --warmup_iters N   untimed iterations first (default 5)\n"
-         "      --samples S        time S samples of -n iterations, each after a barrier, and\n"
-         "                         show the median (default 1: the mean of -n, as nccl-tests)\n"
-         "  -c, --check 0|1        verify every result, count #wrong (default 1)\n"
-         "  -a, --algorithm NAME   force an algorithm (as TPCOMM_ALGO does for one op)\n"
-         "  -t, --transport NAME   transport of the process group (shm, tcp, ...)\n"
-         "      --slice SIZE       pipelining slice of the chunked algorithms\n"
-         "      --json             JSON instead of the table\n"
-         "      --csv              CSV instead of the table\n"
-         "      --threads N        run N ranks as threads of this process (no tprun)\n"
-         "      --thp 0|1          buffers on transparent huge pages (default 0: 4 KiB pages,\n"
-         "                         as a plain allocator gives)\n"
-         "      --device cpu|cuda  where the buffers live (default cpu); cuda: on GPU\n"
-         "                         LOCAL_RANK % GPUs, filled and checked on the host\n"
-         "  -h, --help             this text\n"
-         "Columns: size (B), count (elements), type, redop, root, then for out-of-place and\n"
-         "in-place: time (us, the slowest rank's mean), algbw = size / time (GB/s), busbw =\n"
-         "algbw x the nccl-tests factor of the operation (GB/s), #wrong elements.\n";
+std::string collective_of_program(std::string_view program) {
+  std::string_view base = program.substr(program.rfind('/') + 1);
+  for (const Program& p : kPrograms)
+    if (base == p.name) return p.op;
+  return "";
 }
 
-BenchOptions parse_bench_args(const std::vector<std::string>& args) {
+std::string bench_usage(std::string_view program) {
   BenchOptions o;
-  for (size_t i = 0; i < args.size(); ++i) {
-    std::string flag = args[i], value;
-    size_t eq = flag.find('=');
-    if (flag.rfind("--", 0) == 0 && eq != std::string::npos) {
-      value = flag.substr(eq + 1);
-      flag = flag.substr(0, eq);
-    }
-    auto is = [&](const char* a, const char* b) { return flag == a || flag == b; };
-    if (is("-h", "--help")) {
+  Raw r;
+  CLI::App app;
+  std::string tool(program.substr(program.rfind('/') + 1));
+  cli::setup(app, tool);
+  add_options(app, o, r);
+  describe(app, tool);
+  return app.help();
+}
+
+BenchOptions parse_bench_args(const std::vector<std::string>& args, std::string_view program) {
+  BenchOptions o;
+  Raw r;
+  CLI::App app;
+  const std::string tool(program.substr(program.rfind('/') + 1));
+  o.program = tool;
+  cli::setup(app, tool);
+  add_options(app, o, r);
+  describe(app, tool);
+  std::vector<std::string> a = args;
+  cli::argparse_spellings(app, a, tool);
+  switch (cli::parse(app, a, tool)) {
+    case cli::Parsed::Help:
       o.help = true;
-      continue;
-    }
-    if (is("--json", "--json")) {
-      o.json = true;
-      continue;
-    }
-    if (is("--csv", "--csv")) {
-      o.csv = true;
-      continue;
-    }
-    static const char* const kValued[] = {"-b",
-                                          "--minbytes",
-                                          "-e",
-                                          "--maxbytes",
-                                          "-f",
-                                          "--stepfactor",
-                                          "-i",
-                                          "--stepbytes",
-                                          "-o",
-                                          "--op",
-                                          "-d",
-                                          "--datatype",
-                                          "--redop",
-                                          "-r",
-                                          "--root",
-                                          "-n",
-                                          "--iters",
-                                          "-w",
-                                          "--warmup_iters",
-                                          "--samples",
-                                          "-c",
-                                          "--check",
-                                          "-a",
-                                          "--algorithm",
-                                          "-t",
-                                          "--transport",
-                                          "--slice",
-                                          "--threads",
-                                          "--thp",
-                                          "--device"};
-    bool known = false;
-    for (const char* k : kValued) known = known || flag == k;
-    if (!known) {
-      throw InvalidArgument("tpbench: unknown option '" + args[i] +
-                            "' (tpbench -h lists the options)");
-    }
-    if (eq == std::string::npos || flag.rfind("--", 0) != 0) {
-      if (i + 1 >= args.size()) {
-        throw InvalidArgument("tpbench: " + flag + " needs a value (tpbench -h lists the options)");
-      }
-      value = args[++i];
-    }
-    if (is("-b", "--minbytes")) {
-      o.min_bytes = size_value(flag, value);
-    } else if (is("-e", "--maxbytes")) {
-      o.max_bytes = size_value(flag, value);
-    } else if (is("-f", "--stepfactor")) {
-      char* end = nullptr;
-      double f = std::strtod(value.c_str(), &end);
-      if (end == value.c_str() || *end != '\0' || !(f > 1.0)) bad(flag, value, "a number above 1");
-      o.factor = f;
-    } else if (is("-i", "--stepbytes")) {
-      o.increment = size_value(flag, value);
-      if (o.increment == 0) bad(flag, value, "a size above 0");
-    } else if (is("-o", "--op")) {
-      o.ops.clear();
-      for (const std::string& name : split_commas(value)) {
-        if (name == "all") {
-          for (const OpDesc& d : bench_ops()) o.ops.push_back(d.name);
-          continue;
-        }
-        const OpDesc* d = find_bench_op(name);
-        if (d == nullptr) bad(flag, name, "an operation: " + bench_op_names() + ", or all");
-        o.ops.push_back(d->name);
-      }
-      if (o.ops.empty()) bad(flag, value, "at least one operation");
-    } else if (is("-d", "--datatype")) {
-      o.dtypes.clear();
-      for (const std::string& name : split_commas(value)) {
-        if (name == "all") {
-          for (int t = 0; t < kNumDTypes; ++t) o.dtypes.push_back(static_cast<DType>(t));
-          continue;
-        }
-        auto t = parse_dtype(name);
-        if (!t) bad(flag, name, "a dtype such as float32, float16, bfloat16, int32, int8, or all");
-        o.dtypes.push_back(*t);
-      }
-      if (o.dtypes.empty()) bad(flag, value, "at least one dtype");
-    } else if (is("--redop", "--redop")) {
-      o.redops.clear();
-      for (const std::string& name : split_commas(value)) {
-        if (name == "all") {
-          for (int r = 0; r <= static_cast<int>(ReduceOp::PREMUL_SUM); ++r) {
-            o.redops.push_back(static_cast<ReduceOp>(r));
-          }
-          continue;
-        }
-        auto r = parse_reduce_op(name);
-        if (!r) bad(flag, name, "sum, prod, min, max, avg, band, bor, bxor, premul_sum or all");
-        o.redops.push_back(*r);
-      }
-      if (o.redops.empty()) bad(flag, value, "at least one reduction");
-    } else if (is("-r", "--root")) {
-      o.root = static_cast<int>(int_value(flag, value, 0, 1 << 30));
-    } else if (is("-n", "--iters")) {
-      o.iters = static_cast<int>(int_value(flag, value, 1, 1 << 30));
-    } else if (is("--samples", "--samples")) {
-      o.samples = static_cast<int>(int_value(flag, value, 1, 1 << 20));
-    } else if (is("-w", "--warmup_iters")) {
-      o.warmup = static_cast<int>(int_value(flag, value, 0, 1 << 30));
-    } else if (is("-c", "--check")) {
-      o.check = int_value(flag, value, 0, 1) == 1;
-    } else if (is("-a", "--algorithm")) {
-      o.algorithm = value;
-    } else if (is("-t", "--transport")) {
-      o.transport = value;
-    } else if (is("--slice", "--slice")) {
-      o.slice_bytes = size_value(flag, value);
-    } else if (is("--threads", "--threads")) {
-      o.threads = static_cast<int>(int_value(flag, value, 1, 1024));
-    } else if (is("--thp", "--thp")) {
-      o.thp = int_value(flag, value, 0, 1) == 1;
-    } else if (is("--device", "--device")) {
-      if (value != "cpu" && value != "cuda")
-        throw InvalidArgument("tpbench: --device '" + value + "': use cpu or cuda");
-      o.cuda = value == "cuda";
-    }
+      return o;
+    case cli::Parsed::Version:
+      o.version = true;
+      return o;
+    case cli::Parsed::Run:
+      break;
   }
-  if (o.min_bytes > o.max_bytes) {
-    throw InvalidArgument("tpbench: -b " + std::to_string(o.min_bytes) + " is larger than -e " +
-                          std::to_string(o.max_bytes));
+  for (const Unsupported& u : kUnsupported) {
+    if (app.count(std::string(u.names).substr(0, 2)) > 0)
+      cli::usage_error(
+          tool, std::string(u.names) + " (nccl-tests' " + u.what + ") is not supported by tpbench");
   }
-  if (o.json && o.csv) throw InvalidArgument("tpbench: choose one of --json and --csv");
-  if (o.cuda && o.threads > 0)
-    throw InvalidArgument("tpbench: --device cuda runs under a launcher (tprun), not --threads");
+  if (!r.b.empty()) o.min_bytes = *config::parse_size(r.b);
+  if (!r.e.empty()) o.max_bytes = *config::parse_size(r.e);
+  if (!r.i.empty()) {
+    o.increment = *config::parse_size(r.i);
+    if (o.increment == 0) cli::usage_error(tool, "-i: the step must be above 0");
+  }
+  if (!r.slice.empty()) o.slice_bytes = *config::parse_size(r.slice);
+  std::string from_program = collective_of_program(tool);
+  if (!r.collective.empty()) {
+    o.ops = parse_collectives(tool, r.collective);
+  } else if (!from_program.empty()) {
+    o.ops = {from_program};
+  }
+  if (!r.d.empty()) o.dtypes = parse_dtypes(tool, r.d);
+  if (!r.o.empty()) o.redops = parse_redops(tool, r.o);
+  o.check = r.check == 1;
+  o.blocking = r.blocking == 1;
+  o.thp = r.thp == 1;
+  o.average = static_cast<Average>(r.average);
+  if (o.ngpus != 1)
+    cli::usage_error(tool, "-g " + std::to_string(o.ngpus) +
+                               ": tpbench drives one device per thread (-g 1); more GPUs per "
+                               "thread are not supported");
+  if (o.min_bytes > o.max_bytes)
+    cli::usage_error(tool, "-b " + std::to_string(o.min_bytes) + " is larger than -e " +
+                               std::to_string(o.max_bytes));
+  if (o.json && o.csv) cli::usage_error(tool, "choose one of --json and --csv");
+  o.cuda = r.device == "cuda";
+  if (o.cuda && o.threads > 1)
+    cli::usage_error(tool,
+                     "--device cuda runs under a launcher (tprun), one rank per process, "
+                     "not -t " +
+                         std::to_string(o.threads));
   return o;
 }
 

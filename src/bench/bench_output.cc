@@ -1,8 +1,12 @@
 // tpbench's table, JSON and CSV.
 #include "bench/bench_output.h"
 
+#include <cmath>
 #include <cstdio>
 #include <string>
+
+#include "core/json.h"
+#include "tpcomm/version.hpp"
 
 namespace tpcomm::bench {
 
@@ -27,20 +31,17 @@ std::string pad(const std::string& s, size_t w) {
 
 std::string redop_str(const Row& row) { return row.redop ? reduce_op_name(*row.redop) : "none"; }
 
-std::string json_str(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
-  }
-  return out + "\"";
-}
+// Rounded as the table and the CSV print them: JSON carries the same figures.
+double rounded(double v, double scale) { return std::round(v * scale) / scale; }
 
-std::string json_measure(const Measure& m) {
-  if (!m.valid) return "null";
-  return "{\"time_us\": " + fmt("%.3f", m.time_us) + ", \"algbw\": " + fmt("%.4f", m.algbw) +
-         ", \"busbw\": " + fmt("%.4f", m.busbw) +
-         ", \"wrong\": " + (m.wrong < 0 ? std::string("null") : std::to_string(m.wrong)) + "}";
+json::Json json_measure(const Measure& m) {
+  if (!m.valid) return nullptr;
+  json::Json j;
+  j["time_us"] = rounded(m.time_us, 1e3);
+  j["algbw"] = rounded(m.algbw, 1e4);
+  j["busbw"] = rounded(m.busbw, 1e4);
+  j["wrong"] = m.wrong < 0 ? json::Json(nullptr) : json::Json(m.wrong);
+  return j;
 }
 
 std::string csv_measure(const Measure& m) {
@@ -76,11 +77,24 @@ int64_t total_wrong(const SweepResult& r) {
 }
 
 void print_table(std::ostream& os, const BenchOptions& o, const SweepResult& r) {
-  os << "# tpbench: " << r.nranks << " ranks, transport " << r.transport << ", iters " << o.iters
-     << ", warmup " << o.warmup << ", check " << (o.check ? "on" : "off");
+  // nccl-tests' header: the parameters, then every rank's process, host and device.
+  const int threads = r.ranks.size() > 1 && o.threads > 0 ? o.threads : 1;
+  os << "# " << o.program << " (tpcomm " << version() << "): " << r.nranks << " ranks, transport "
+     << r.transport << ", check " << (o.check ? "on" : "off");
   if (o.samples > 1) os << ", median of " << o.samples << " samples";
   if (!o.algorithm.empty()) os << ", algorithm " << o.algorithm;
-  os << "\n#\n";
+  os << "\n# nThread " << threads << " nGpus " << o.ngpus << " minBytes " << o.min_bytes
+     << " maxBytes " << o.max_bytes << " step: "
+     << (o.increment > 0 ? std::to_string(o.increment) + "(bytes)"
+                         : fmt("%g", o.factor) + "(factor)")
+     << " warmup iters: " << o.warmup << " iters: " << o.iters << " agg iters: " << o.agg_iters
+     << " validation: " << (o.check ? 1 : 0) << " graph: 0\n#\n# Using devices\n";
+  for (size_t i = 0; i < r.ranks.size(); ++i) {
+    char head[64];
+    std::snprintf(head, sizeof head, "#  Rank %2zu Group %2d ", i, 0);
+    os << head << r.ranks[i] << "\n";
+  }
+  os << "#\n";
   std::string last_op;
   for (const Row& row : r.rows) {
     if (row.op != last_op) {
@@ -114,21 +128,36 @@ void print_table(std::ostream& os, const BenchOptions& o, const SweepResult& r) 
 }
 
 void print_json(std::ostream& os, const BenchOptions& o, const SweepResult& r) {
-  os << "{\"tpbench\": {\"nranks\": " << r.nranks << ", \"transport\": " << json_str(r.transport)
-     << ", \"iters\": " << o.iters << ", \"warmup\": " << o.warmup << ", \"samples\": " << o.samples
-     << ", \"check\": " << (o.check ? "true" : "false")
-     << ", \"algorithm\": " << json_str(o.algorithm) << "},\n \"results\": [";
-  for (size_t i = 0; i < r.rows.size(); ++i) {
-    const Row& row = r.rows[i];
-    os << (i ? ",\n  " : "\n  ") << "{\"op\": " << json_str(row.op) << ", \"size\": " << row.size
-       << ", \"count\": " << row.count << ", \"type\": " << json_str(dtype_name(row.dtype))
-       << ", \"redop\": " << json_str(redop_str(row)) << ", \"root\": " << row.root
-       << ", \"algorithm\": " << json_str(row.algorithm)
-       << ", \"out_of_place\": " << json_measure(row.oop)
-       << ", \"in_place\": " << json_measure(row.ip) << "}";
+  json::Json head;
+  head["version"] = version();
+  head["program"] = o.program;
+  head["nranks"] = r.nranks;
+  head["transport"] = r.transport;
+  head["iters"] = o.iters;
+  head["warmup"] = o.warmup;
+  head["samples"] = o.samples;
+  head["check"] = o.check;
+  head["algorithm"] = o.algorithm;
+  json::Json rows = json::Json::array();
+  for (const Row& row : r.rows) {
+    json::Json j;
+    j["op"] = row.op;
+    j["size"] = row.size;
+    j["count"] = row.count;
+    j["type"] = dtype_name(row.dtype);
+    j["redop"] = redop_str(row);
+    j["root"] = row.root;
+    j["algorithm"] = row.algorithm;
+    j["out_of_place"] = json_measure(row.oop);
+    j["in_place"] = json_measure(row.ip);
+    rows.push_back(std::move(j));
   }
-  os << "],\n \"avg_busbw\": " << fmt("%.4f", average_busbw(r)) << ", \"wrong\": " << total_wrong(r)
-     << "}\n";
+  json::Json doc;
+  doc["tpbench"] = std::move(head);
+  doc["results"] = std::move(rows);
+  doc["avg_busbw"] = rounded(average_busbw(r), 1e4);
+  doc["wrong"] = total_wrong(r);
+  os << json::dump(doc, 1) << "\n";
 }
 
 void print_csv(std::ostream& os, const BenchOptions&, const SweepResult& r) {

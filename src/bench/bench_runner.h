@@ -14,6 +14,8 @@
 
 namespace tpcomm::bench {
 
+class SweepProgress;
+
 /// One timed variant (out-of-place or in-place) of one row.
 struct Measure {
   bool valid = false;  ///< false: the operation has no such form (printed N/A)
@@ -38,6 +40,7 @@ struct Row {
 struct SweepResult {
   int nranks = 0;
   std::string transport;
+  std::vector<std::string> ranks;  ///< per rank: pid, host, device, CPUs (the header's list)
   std::vector<Row> rows;
 };
 
@@ -54,6 +57,15 @@ double busbw_gbps(const OpDesc& op, size_t bytes, double time_us, int n);
 /// Runs the sweep on this rank (collective: every rank calls it with the same options).
 /// Throws InvalidArgument for options that do not fit the group (root out of range,
 /// an algorithm no selected operation has, a reduction the dtype does not support).
-SweepResult run_sweep(BenchComm& comm, const BenchOptions& o);
+/// With `progress`, rank 0 reports each size to it (SweepProgress: a line on a terminal).
+SweepResult run_sweep(BenchComm& comm, const BenchOptions& o, SweepProgress* progress = nullptr);
+
+/// One (operation, dtype, reduction, size) of a sweep.
+struct Step {
+  const OpDesc* op = nullptr;
+  DType dtype = DType::Float32;
+  std::optional<ReduceOp> redop;
+  size_t bytes = 0;
+};
 
 }  // namespace tpcomm::bench

@@ -1,14 +1,19 @@
 // tpbench: choose the communicator (threads or the process-group binding), sweep, print.
 #include "bench/tpbench.h"
 
+#include <unistd.h>
+
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <mutex>
 
 #include "bench/bench_comm.h"
 #include "bench/bench_output.h"
+#include "bench/bench_progress.h"
 #include "bench/bench_runner.h"
 #include "collectives/local_comm.h"
+#include "core/cli.h"
 #include "core/config.h"
 #include "tpcomm/error.hpp"
 
@@ -26,7 +31,7 @@ void print(std::ostream& out, const BenchOptions& o, const SweepResult& r) {
   }
 }
 
-SweepResult run_threads(const BenchOptions& o, int n) {
+SweepResult run_threads(const BenchOptions& o, int n, SweepProgress* progress) {
   coll::LocalWorld::Options lo;
   lo.hints.name = "local";
   coll::LocalWorld world(n, lo);
@@ -34,7 +39,7 @@ SweepResult run_threads(const BenchOptions& o, int n) {
   std::mutex mu;
   world.run([&](coll::CollComm& c) {
     CollBenchComm bc(c);
-    SweepResult r = run_sweep(bc, o);
+    SweepResult r = run_sweep(bc, o, progress);
     if (c.rank() == 0) {
       std::lock_guard<std::mutex> lk(mu);
       result = std::move(r);
@@ -43,48 +48,78 @@ SweepResult run_threads(const BenchOptions& o, int n) {
   return result;
 }
 
+// Rank 0's output: to --out FILE, else to `out`.
+void emit(std::ostream& out, const BenchOptions& o, const SweepResult& r) {
+  if (o.out.empty() || o.out == "-") {
+    print(out, o, r);
+    return;
+  }
+  std::ofstream f(o.out, std::ios::trunc);
+  if (!f) throw InvalidArgument("--out: cannot write '" + o.out + "'");
+  print(f, o, r);
+  f.close();
+  if (!f) throw InvalidArgument("--out: writing '" + o.out + "' failed");
+}
+
+int sweep(const BenchOptions& o, std::ostream& out, SweepProgress* p) {
+  SweepResult result;
+  const bool launched = config::is_set("WORLD_SIZE");
+  if (launched && o.threads > 1)
+    throw cli::UsageError(o.program + ": -t " + std::to_string(o.threads) +
+                          ": under a launcher each process is one rank (-t 1); -t N runs N "
+                          "ranks as threads of one process without a launcher");
+  if (!launched && o.cuda)
+    throw cli::UsageError(o.program +
+                          ": --device cuda runs under a launcher (tprun), one rank per process; "
+                          "without one the ranks are threads of this process on host memory");
+  if (!launched) {
+    int n = o.threads > 0 ? o.threads : 4;
+    if (o.threads == 0 && !o.json && !o.csv)
+      out << "# " << o.program << ": no launcher; running 4 ranks as threads (-t 4)\n";
+    result = run_threads(o, n, p);
+  } else if (const BenchCommFactory& f = bench_comm_factory(); f) {
+    // Under a launcher (tprun sets WORLD_SIZE): the process-group binding (src/pg/pg_bench.cc).
+    std::unique_ptr<BenchComm> bc = f(o);
+    result = run_sweep(*bc, o, p);
+    if (bc->rank() != 0) return total_wrong(result) ? 1 : 0;
+  } else {
+    throw NotSupportedError(o.program +
+                            ": this build has no process-group binding for tpbench, so it "
+                            "cannot run under a launcher; run it alone with -t N");
+  }
+  emit(out, o, result);
+  return total_wrong(result) ? 1 : 0;
+}
+
 }  // namespace
 
-int run_tpbench(const BenchOptions& o, std::ostream& out, std::ostream& err) {
-  try {
+int run_tpbench(const BenchOptions& o, std::ostream& out, std::ostream& err, bool progress) {
+  SweepProgress line(err, progress);
+  SweepProgress* p = progress ? &line : nullptr;
+  return cli::guarded(o.program, err, [&] {
     if (o.help) {
-      out << bench_usage();
+      out << bench_usage(o.program);
       return 0;
     }
-    SweepResult result;
-    if (o.threads > 0) {
-      result = run_threads(o, o.threads);
-    } else if (const BenchCommFactory& f = bench_comm_factory(); f && config::is_set("WORLD_SIZE")) {
-      // Under a launcher (tprun sets WORLD_SIZE): the process-group binding (src/pg/pg_bench.cc).
-      std::unique_ptr<BenchComm> bc = f(o);
-      result = run_sweep(*bc, o);
-      if (bc->rank() != 0) return total_wrong(result) ? 1 : 0;
-    } else if (config::is_set("WORLD_SIZE") && config::get_int("WORLD_SIZE") > 1) {
-      throw NotSupportedError(
-          "tpbench: this build has no process-group binding for tpbench yet, so it cannot run "
-          "under a launcher; run it alone with --threads N for an in-process sweep");
-    } else {
-      out << "# tpbench: no launcher; running 4 ranks as threads (--threads 4)\n";
-      result = run_threads(o, 4);
+    if (o.version) {
+      out << cli::version_line(o.program) << "\n";
+      return 0;
     }
-    print(out, o, result);
-    return total_wrong(result) ? 1 : 0;
-  } catch (const std::exception& e) {
-    err << "tpbench: error: " << e.what() << "\n";
-    return 2;
-  }
+    return sweep(o, out, p);
+  });
 }
 
 int tpbench_main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
+  std::string program = argc > 0 && argv[0] ? argv[0] : "tpbench";
+  program = program.substr(program.rfind('/') + 1);
   BenchOptions o;
-  try {
-    o = parse_bench_args(args);
-  } catch (const std::exception& e) {
-    std::cerr << e.what() << "\n";
-    return 2;
-  }
-  return run_tpbench(o, std::cout, std::cerr);
+  int rc = cli::guarded(program, std::cerr, [&] {
+    o = parse_bench_args(args, program);
+    return 0;
+  });
+  if (rc != 0) return rc;
+  return run_tpbench(o, std::cout, std::cerr, isatty(STDERR_FILENO) == 1);
 }
 
 }  // namespace tpcomm::bench

@@ -108,6 +108,8 @@ const AlgoInfo* find_algorithm(CollOp op, std::string_view name) {
 std::string algorithm_names(CollOp op) {
   std::string s;
   for (const AlgoInfo& a : catalogue(op)) s += (s.empty() ? "" : ", ") + std::string(a.name);
+  for (const AlgoInfo& a : shm::shm_catalogue(op))
+    s += (s.empty() ? "" : ", ") + std::string(a.name);
   return s;
 }
 

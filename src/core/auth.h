@@ -10,7 +10,7 @@
 #include <string>
 #include <string_view>
 
-#include "core/sha256.h"
+#include "core/hmac.h"
 
 namespace tpcomm::auth {
 

@@ -1,10 +1,14 @@
 #include "core/config.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cctype>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -15,8 +19,11 @@ extern char** environ;
 
 namespace tpcomm::config {
 
-// Defined in config_params.cc: the core's own entries.
+// Defined in config_params.cc: the core's own entries, the NCCL_* variables with a TPCOMM_*
+// counterpart, and the variables that name a file tpcomm reads.
 std::span<const Param> core_params();
+std::span<const std::pair<std::string_view, std::string_view>> nccl_counterparts();
+std::span<const std::string_view> file_params();
 
 namespace {
 
@@ -86,14 +93,20 @@ const Param& require(std::string_view name) {
 
 std::string accepts(const Param& p) {
   switch (p.type) {
-    case Type::Bool: return "a boolean (1/0, true/false, yes/no, on/off)";
+    case Type::Bool:
+      return "a boolean (1/0, true/false, yes/no, on/off)";
     case Type::Int:
       return p.allowed.empty() ? "an integer" : "an integer in " + std::string(p.allowed);
-    case Type::Size: return "a size in bytes, optionally with a suffix K, M or G (e.g. 4M)";
-    case Type::Double: return "a number";
-    case Type::Duration: return "a duration (e.g. 300, 30s, 250ms, 5m)";
-    case Type::String: return "any text";
-    case Type::Enum: return "one of " + std::string(p.allowed);
+    case Type::Size:
+      return "a size in bytes, optionally with a suffix K, M or G (e.g. 4M)";
+    case Type::Double:
+      return "a number";
+    case Type::Duration:
+      return "a duration (e.g. 300, 30s, 250ms, 5m)";
+    case Type::String:
+      return "any text";
+    case Type::Enum:
+      return "one of " + std::string(p.allowed);
     case Type::List:
       return p.allowed.empty() ? "a comma-separated list"
                                : "a comma-separated list of " + std::string(p.allowed);
@@ -102,9 +115,9 @@ std::string accepts(const Param& p) {
 }
 
 [[noreturn]] void malformed(const Param& p, std::string_view value) {
-  throw ConfigError(std::string(p.name) + "='" + std::string(value) + "' is malformed: " +
-                    std::string(p.name) + " takes " + accepts(p) + " (default '" +
-                    std::string(p.default_value) + "'). Fix or unset it.");
+  throw ConfigError(std::string(p.name) + "='" + std::string(value) +
+                    "' is malformed: " + std::string(p.name) + " takes " + accepts(p) +
+                    " (default '" + std::string(p.default_value) + "'). Fix or unset it.");
 }
 
 // The value to parse: the environment's, else the default.
@@ -161,20 +174,45 @@ void check_value(const Param& p, std::string_view v) {
           if (!in_allowed(p, item)) malformed(p, v);
       break;
   }
+#ifndef TPCOMM_ENABLE_TRACE
+  if (p.name == "TPCOMM_DEBUG" && lower(trim(v)) == "trace")
+    throw ConfigError("TPCOMM_DEBUG='" + std::string(v) +
+                      "': trace lines are not compiled into this build (configure with "
+                      "-DTPCOMM_ENABLE_TRACE=ON); use info, warn or none");
+#endif
+}
+
+// A variable that names a file tpcomm reads: the file must be readable.
+void check_file(const Param& p, const std::string& v) {
+  if (v.empty()) return;
+  for (std::string_view f : file_params()) {
+    if (p.name != f) continue;
+    if (::access(v.c_str(), R_OK) != 0)
+      throw ConfigError(std::string(p.name) + "='" + v +
+                        "' cannot be read: " + std::strerror(errno) + ". Fix or unset it.");
+  }
 }
 
 }  // namespace
 
 const char* type_name(Type t) {
   switch (t) {
-    case Type::Bool: return "bool";
-    case Type::Int: return "int";
-    case Type::Size: return "size";
-    case Type::Double: return "double";
-    case Type::Duration: return "duration";
-    case Type::String: return "string";
-    case Type::Enum: return "enum";
-    case Type::List: return "list";
+    case Type::Bool:
+      return "bool";
+    case Type::Int:
+      return "int";
+    case Type::Size:
+      return "size";
+    case Type::Double:
+      return "double";
+    case Type::Duration:
+      return "duration";
+    case Type::String:
+      return "string";
+    case Type::Enum:
+      return "enum";
+    case Type::List:
+      return "list";
   }
   return "?";
 }
@@ -287,12 +325,24 @@ std::vector<std::string> validate() {
     std::lock_guard<std::mutex> lk(r.mu);
     if (!r.env_loaded) r.load_env_locked();
     for (auto& [k, v] : r.env)
-      if (k.rfind("TPCOMM_", 0) == 0) set.emplace_back(k, v);
+      if (k.rfind("TPCOMM_", 0) == 0 || k.rfind("NCCL_", 0) == 0) set.emplace_back(k, v);
   }
   for (auto& [k, v] : set) {
+    if (k.rfind("NCCL_", 0) == 0) {
+      for (const auto& [nccl, ours] : nccl_counterparts())
+        if (k == nccl)
+          warnings.push_back(
+              k +
+              " is set, but tpcomm does not read NCCL_* variables: its "
+              "counterpart is " +
+              std::string(ours) +
+              (find(ours) && is_set(ours) ? " (set to '" + *raw(ours) + "')" : " (unset)"));
+      continue;
+    }
     const Param* p = find(k);
     if (p) {
       check_value(*p, v);
+      check_file(*p, v);
       continue;
     }
     std::string best;
@@ -341,12 +391,18 @@ std::optional<uint64_t> parse_size(std::string_view s) {
   if (s.empty() || ec != std::errc() || ptr == s.data()) return std::nullopt;
   std::string suffix = lower(trim(std::string_view(ptr, s.data() + s.size() - ptr)));
   uint64_t mult = 1;
-  if (suffix.empty() || suffix == "b") mult = 1;
-  else if (suffix == "k" || suffix == "kb" || suffix == "kib") mult = 1ull << 10;
-  else if (suffix == "m" || suffix == "mb" || suffix == "mib") mult = 1ull << 20;
-  else if (suffix == "g" || suffix == "gb" || suffix == "gib") mult = 1ull << 30;
-  else if (suffix == "t" || suffix == "tb" || suffix == "tib") mult = 1ull << 40;
-  else return std::nullopt;
+  if (suffix.empty() || suffix == "b")
+    mult = 1;
+  else if (suffix == "k" || suffix == "kb" || suffix == "kib")
+    mult = 1ull << 10;
+  else if (suffix == "m" || suffix == "mb" || suffix == "mib")
+    mult = 1ull << 20;
+  else if (suffix == "g" || suffix == "gb" || suffix == "gib")
+    mult = 1ull << 30;
+  else if (suffix == "t" || suffix == "tb" || suffix == "tib")
+    mult = 1ull << 40;
+  else
+    return std::nullopt;
   if (v > UINT64_MAX / mult) return std::nullopt;
   return v * mult;
 }
@@ -361,12 +417,18 @@ std::optional<std::chrono::milliseconds> parse_duration(std::string_view s) {
     return std::nullopt;
   std::string suffix = lower(trim(std::string_view(ptr, end - ptr)));
   double ms;
-  if (suffix.empty() || suffix == "s" || suffix == "sec") ms = v * 1000;
-  else if (suffix == "ms") ms = v;
-  else if (suffix == "us") ms = v / 1000;
-  else if (suffix == "m" || suffix == "min") ms = v * 60'000;
-  else if (suffix == "h") ms = v * 3'600'000;
-  else return std::nullopt;
+  if (suffix.empty() || suffix == "s")
+    ms = v * 1000;
+  else if (suffix == "ms")
+    ms = v;
+  else if (suffix == "us")
+    ms = v / 1000;
+  else if (suffix == "m" || suffix == "min")
+    ms = v * 60'000;
+  else if (suffix == "h")
+    ms = v * 3'600'000;
+  else
+    return std::nullopt;
   if (ms > 1e15) return std::nullopt;
   return std::chrono::milliseconds(static_cast<int64_t>(std::llround(ms)));
 }

@@ -36,7 +36,7 @@ struct Param {
   std::string_view default_value;  ///< as it would be written in the environment; "" = unset
   std::string_view allowed;        ///< Enum/List: "a|b|c"; Int: "MIN..MAX"; else ""
   std::string_view description;
-  std::string_view subsystem;      ///< "core", "store", "net", "launch", ...
+  std::string_view subsystem;  ///< "core", "store", "net", "launch", ...
   bool external = false;
 };
 

@@ -1,6 +1,8 @@
 // The core's entries of the configuration registry (transports register their own).
 // Keep each group sorted by name; tpinfo prints them all.
 #include <span>
+#include <string_view>
+#include <utility>
 
 #include "core/config.h"
 
@@ -110,7 +112,8 @@ constexpr Param kParams[] = {
   {"TPCOMM_RNDV_THRESHOLD", T::Size, "", "",
    "Messages larger than this use the rendezvous protocol (handshake, then a zero-copy put "
    "into the receive buffer); smaller ones are sent eagerly. Default: each transport's "
-   "suggestion (tpinfo shows it).", "p2p"},
+   "suggestion: shm its largest ring message (a quarter of TPCOMM_SHM_RING_SIZE, at most "
+   "16K), tcp 64K, ibverbs 32K, ucx TPCOMM_UCX_RNDV_THRESHOLD.", "p2p"},
   {"TPCOMM_WAIT_SPIN_US", T::Int, "100", "0..10000000",
    "Adaptive wait: microseconds a waiting thread busy-polls before it starts yielding (2 "
    "when unset and LOCAL_WORLD_SIZE exceeds the host's cores, counted within the container's "
@@ -133,8 +136,9 @@ constexpr Param kParams[] = {
    "Forces collective algorithms: rules 'op:algorithm' or 'op:min-max:algorithm' (sizes "
    "inclusive, either end may be empty) separated by ';', first match wins, e.g. "
    "'allreduce:0-64k:recursive_doubling;allreduce:ring;broadcast:tree'. Ops: broadcast, "
-   "allreduce, reduce, allgather, gather, scatter, reducescatter, alltoall, barrier; tpinfo and "
-   "ConfigError messages list each op's algorithms. Unset: a cost model picks.", "collectives"},
+   "allreduce, reduce, allgather, gather, scatter, reducescatter, alltoall, barrier; a rule "
+   "naming an unknown algorithm fails with a ConfigError listing the op's algorithms "
+   "(shm_direct, on one host, included). Unset: a cost model picks.", "collectives"},
   {"TPCOMM_CHECK_SIGNATURE", T::Bool, "1", "",
    "Collective signatures: each collective's message tags carry its operation code and a hash "
    "of dtype, element count, root and reduce op (on one host, shm_direct compares the calls "
@@ -228,6 +232,34 @@ constexpr Param kParams[] = {
 // clang-format on
 }  // namespace
 
+// NCCL_* variables users set by habit, and the TPCOMM_* variable that does that job here.
+constexpr std::pair<std::string_view, std::string_view> kNccl[] = {
+    {"NCCL_ALGO", "TPCOMM_ALGO"},
+    {"NCCL_BUFFSIZE", "TPCOMM_BUFFSIZE"},
+    {"NCCL_DEBUG", "TPCOMM_DEBUG"},
+    {"NCCL_DEBUG_FILE", "TPCOMM_DEBUG_FILE"},
+    {"NCCL_DEBUG_SUBSYS", "TPCOMM_DEBUG_SUBSYS"},
+    {"NCCL_IB_GID_INDEX", "TPCOMM_IB_GID_INDEX"},
+    {"NCCL_IB_HCA", "TPCOMM_IB_HCA"},
+    {"NCCL_IB_QPS_PER_CONNECTION", "TPCOMM_IB_QPS_PER_CONNECTION"},
+    {"NCCL_IB_RETRY_CNT", "TPCOMM_IB_RETRY_CNT"},
+    {"NCCL_IB_SL", "TPCOMM_IB_SL"},
+    {"NCCL_IB_TC", "TPCOMM_IB_TC"},
+    {"NCCL_IB_TIMEOUT", "TPCOMM_IB_TIMEOUT"},
+    {"NCCL_NET_GDR_LEVEL", "TPCOMM_NET_GDR_LEVEL"},
+    {"NCCL_SHM_DISABLE", "TPCOMM_SHM_DISABLE"},
+    {"NCCL_SOCKET_FAMILY", "TPCOMM_SOCKET_FAMILY"},
+    {"NCCL_SOCKET_IFNAME", "TPCOMM_SOCKET_IFNAME"},
+    {"NCCL_SOCKET_NTHREADS", "TPCOMM_SOCKET_NSOCKS"},
+    {"NCCL_TOPO_DUMP_FILE", "TPCOMM_TOPO_DUMP_FILE"},
+    {"NCCL_TOPO_FILE", "TPCOMM_TOPO_FILE"},
+};
+
+// Variables naming a file tpcomm reads: a file that cannot be read is an error at init.
+constexpr std::string_view kFiles[] = {"TPCOMM_TOPO_FILE", "TPCOMM_AUTH_SECRET_FILE"};
+
 std::span<const Param> core_params() { return kParams; }
+std::span<const std::pair<std::string_view, std::string_view>> nccl_counterparts() { return kNccl; }
+std::span<const std::string_view> file_params() { return kFiles; }
 
 }  // namespace tpcomm::config

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <mutex>
+#include <set>
 
 #include "core/config.h"
 #include "tpcomm/error.hpp"
@@ -21,9 +22,9 @@ struct SubsysName {
   const char* name;
 };
 constexpr SubsysName kNames[] = {
-    {Subsys::INIT, "init"},   {Subsys::STORE, "store"}, {Subsys::NET, "net"},
-    {Subsys::COLL, "coll"},   {Subsys::TOPO, "topo"},   {Subsys::LAUNCH, "launch"},
-    {Subsys::ENV, "env"},     {Subsys::SHM, "shm"},     {Subsys::TCP, "tcp"},
+    {Subsys::INIT, "init"},   {Subsys::STORE, "store"},     {Subsys::NET, "net"},
+    {Subsys::COLL, "coll"},   {Subsys::TOPO, "topo"},       {Subsys::LAUNCH, "launch"},
+    {Subsys::ENV, "env"},     {Subsys::SHM, "shm"},         {Subsys::TCP, "tcp"},
     {Subsys::UCX, "ucx"},     {Subsys::IBVERBS, "ibverbs"}, {Subsys::P2P, "p2p"},
     {Subsys::ALLOC, "alloc"},
 };
@@ -40,9 +41,21 @@ std::string expand_path(const std::string& pattern) {
   for (size_t i = 0; i < pattern.size(); ++i) {
     if (pattern[i] == '%' && i + 1 < pattern.size()) {
       char c = pattern[i + 1];
-      if (c == 'h') { out += host; ++i; continue; }
-      if (c == 'p') { out += std::to_string(getpid()); ++i; continue; }
-      if (c == '%') { out += '%'; ++i; continue; }
+      if (c == 'h') {
+        out += host;
+        ++i;
+        continue;
+      }
+      if (c == 'p') {
+        out += std::to_string(getpid());
+        ++i;
+        continue;
+      }
+      if (c == '%') {
+        out += '%';
+        ++i;
+        continue;
+      }
     }
     out += pattern[i];
   }
@@ -52,9 +65,12 @@ std::string expand_path(const std::string& pattern) {
 void load_settings() {
   Level level = Level::None;
   std::string lv = config::get_enum("TPCOMM_DEBUG");
-  if (lv == "warn") level = Level::Warn;
-  else if (lv == "info") level = Level::Info;
-  else if (lv == "trace") level = Level::Trace;
+  if (lv == "warn")
+    level = Level::Warn;
+  else if (lv == "info")
+    level = Level::Info;
+  else if (lv == "trace")
+    level = Level::Trace;
 
   uint32_t mask = 0;
   bool any_positive = false;
@@ -66,8 +82,10 @@ void load_settings() {
     if (name == "all" || name == "ALL") bits = 0xffffffffu;
     for (const auto& n : kNames)
       if (strcasecmp(n.name, name.c_str()) == 0) bits = static_cast<uint32_t>(n.s);
-    if (neg) excluded |= bits;
-    else any_positive = true, mask |= bits;
+    if (neg)
+      excluded |= bits;
+    else
+      any_positive = true, mask |= bits;
   }
   if (!any_positive) mask = 0xffffffffu;
   mask &= ~excluded;
@@ -115,6 +133,23 @@ bool enabled(Level level, Subsys subsys) {
 }
 
 void reload() { load_settings(); }
+
+void notice_once(const std::string& msg) {
+  static std::mutex mu;
+  static std::set<std::string>* seen = new std::set<std::string>();  // used from exit paths
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    if (!seen->insert(msg).second) return;
+  }
+  char host[64] = {0};
+  gethostname(host, sizeof(host) - 1);
+  std::string out =
+      "tpcomm: warning: " + msg + " [" + host + ":" + std::to_string(getpid()) + "]\n";
+  std::lock_guard<std::mutex> lk(g_sink_mu);
+  FILE* f = g_sink ? g_sink : stderr;
+  fwrite(out.data(), 1, out.size(), f);
+  fflush(f);
+}
 
 void write(Level level, Subsys subsys, const char* file, int line, const std::string& msg) {
   static const char* kLevel[] = {"NONE", "WARN", "INFO", "TRACE"};

@@ -45,6 +45,11 @@ void reload();
 /// Writes one complete line to the sink: "host:pid:tid [LEVEL subsys] file:line message".
 void write(Level level, Subsys subsys, const char* file, int line, const std::string& msg);
 
+/// Writes "tpcomm: warning: MSG" to the sink whatever TPCOMM_DEBUG says (the default level
+/// shows it), once per process for each distinct message: configuration mistakes a user must
+/// see (unknown or ignored variables).
+void notice_once(const std::string& msg);
+
 /// Name of a subsystem ("store").
 const char* subsys_name(Subsys s);
 
@@ -76,12 +81,12 @@ inline constexpr bool kTraceCompiled = false;
 #define TPCOMM_LOG_LEVEL_INFO ::tpcomm::log::Level::Info
 #define TPCOMM_LOG_LEVEL_TRACE ::tpcomm::log::Level::Trace
 
-#define TPLOG(LEVEL, SUBSYS)                                                              \
-  if (!((TPCOMM_LOG_LEVEL_##LEVEL != ::tpcomm::log::Level::Trace ||                       \
-         ::tpcomm::log::kTraceCompiled) &&                                                \
-        ::tpcomm::log::enabled(TPCOMM_LOG_LEVEL_##LEVEL, ::tpcomm::log::Subsys::SUBSYS))) \
-    ;                                                                                     \
-  else                                                                                    \
+#define TPLOG(LEVEL, SUBSYS)                                                               \
+  if (!((TPCOMM_LOG_LEVEL_##LEVEL != ::tpcomm::log::Level::Trace ||                        \
+         ::tpcomm::log::kTraceCompiled) &&                                                 \
+        ::tpcomm::log::enabled(TPCOMM_LOG_LEVEL_##LEVEL, ::tpcomm::log::Subsys::SUBSYS)))  \
+    ;                                                                                      \
+  else                                                                                     \
     ::tpcomm::log::Line(TPCOMM_LOG_LEVEL_##LEVEL, ::tpcomm::log::Subsys::SUBSYS, __FILE__, \
-                        __LINE__)                                                         \
+                        __LINE__)                                                          \
         .stream()

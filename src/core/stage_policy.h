@@ -6,8 +6,7 @@
 // places the two vCPUs far apart, for seconds to minutes at a time), every cached store to a
 // line the reader fetched last time waits for that line to be taken back from the other core,
 // and the writer's copy into staging falls to ~3-4 GB/s; streaming stores send the chunk
-// through memory instead and keep ~10-14 GB/s (bench/stage_model.cpp, bench/RESULTS.md,
-// session 11).
+// through memory instead and keep ~10-14 GB/s (a 2-process model on a 2-vCPU Zen 4 VM).
 // Which case holds changes while a job runs, so in auto mode the writer times its own copies
 // into staging, keeps a moving average of each kind's rate, writes with the faster one, and
 // now and then writes one chunk with the other to see whether that changed.
@@ -117,10 +116,10 @@ class StagePolicy {
 
   static constexpr double kWeight = 0.5;  // of each new chunk in the moving average
   // How much faster the other kind must be to take over. Back to cached stores takes less:
-  // where the cores share a cache they are 10-25% faster, which a 25% margin left unused
-  // once a far-placement spell had chosen streaming (2-rank 256 MiB all_reduce and all_gather
-  // 10-25% behind cached stores, bench/RESULTS.md, session 12); the band between the two
-  // margins still keeps noise from flipping the choice.
+  // where the cores share a cache they are 10-25% faster, which a 25% margin would leave unused
+  // once a far-placement spell has chosen streaming (2-rank 256 MiB all_reduce and all_gather
+  // 10-25% behind cached stores); the band between the two margins still keeps noise from
+  // flipping the choice.
   static constexpr double kSwitchToStreaming = 1.25;
   static constexpr double kSwitchToCached = 1.10;
   Mode mode_;

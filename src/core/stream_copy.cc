@@ -73,7 +73,7 @@ bool have_avx2() {
 
 // Whole 64-byte lines per store where the reduction kernels run AVX-512 (TPCOMM_REDUCE_ISA
 // limits both): measured 9.3-9.7 GB/s per core out of memory against 7.7-8.3 with 32-byte
-// streaming stores, both cores copying at once (bench/membw.cpp).
+// streaming stores, both cores copying at once.
 bool use_avx512() { return kernels::active_isa() >= kernels::ReduceIsa::Avx512; }
 
 }  // namespace

@@ -4,10 +4,10 @@
 #include <unistd.h>
 
 #include <optional>
-#include <set>
 #include <string>
 #include <string_view>
 
+#include "core/cli.h"
 #include "core/config.h"
 #include "core/log.h"
 #include "launch/launch_internal.h"
@@ -18,71 +18,9 @@ namespace tpcomm::launch {
 
 namespace {
 
-constexpr std::string_view kHint = "run 'tprun --help' for usage";
+constexpr std::string_view kTool = "tprun";
 
-// One accepted flag (canonical dash spelling).
-struct FlagSpec {
-  std::string_view name;
-  bool takes_value;
-};
-
-constexpr FlagSpec kFlags[] = {
-    {"--nproc-per-node", true}, {"--nnodes", true},
-    {"--node-rank", true},      {"--master-addr", true},
-    {"--master-port", true},    {"--standalone", false},
-    {"--max-restarts", true},   {"--log-dir", true},
-    {"--redirects", true},      {"--tee", true},
-    {"--rdzv-endpoint", true},  {"--rdzv-backend", true},
-    {"--rdzv-id", true},        {"--run-id", true},
-    {"--job-id", true},         {"--no-prefix", false},
-    {"--bind-to", true},        {"--help", false},
-};
-
-[[noreturn]] void bad(const std::string& what) {
-  throw InvalidArgument("tprun: " + what + "; " + std::string(kHint));
-}
-
-// The flag named exactly, else the only one `name` abbreviates (as argparse allows:
-// --nproc for --nproc-per-node). nullptr if none or ambiguous.
-const FlagSpec* find_flag(std::string_view name) {
-  const FlagSpec* prefix_of = nullptr;
-  int matches = 0;
-  for (const FlagSpec& f : kFlags) {
-    if (f.name == name) return &f;
-    if (name.size() > 2 && f.name.substr(0, name.size()) == name) {
-      prefix_of = &f;
-      ++matches;
-    }
-  }
-  return matches == 1 ? prefix_of : nullptr;
-}
-
-// "--nproc_per_node" -> "--nproc-per-node" (underscores after the leading dashes).
-std::string normalize(std::string_view flag) {
-  std::string out(flag);
-  for (size_t i = 2; i < out.size(); ++i)
-    if (out[i] == '_') out[i] = '-';
-  return out;
-}
-
-// A suggestion for a mistyped flag: the nearest by edit distance, else the one sharing the
-// longest start (--nprocs -> --nproc-per-node); "" when nothing is close.
-std::string nearest_flag(std::string_view name) {
-  std::string best;
-  size_t best_d = SIZE_MAX;
-  std::string longest;
-  size_t longest_common = 0;
-  for (const FlagSpec& f : kFlags) {
-    size_t d = config::edit_distance(name, f.name);
-    if (d < best_d) best_d = d, best = std::string(f.name);
-    size_t common = 0;
-    while (common < name.size() && common < f.name.size() && name[common] == f.name[common])
-      ++common;
-    if (common > longest_common) longest_common = common, longest = std::string(f.name);
-  }
-  if (best_d <= std::max<size_t>(3, name.size() / 3)) return best;
-  return longest_common >= 6 ? longest : std::string();  // "--" and 4 more characters
-}
+[[noreturn]] void bad(const std::string& what) { cli::usage_error(kTool, what); }
 
 int parse_int_flag(std::string_view flag, const std::string& value, int64_t lo, int64_t hi,
                    std::string_view expect) {
@@ -155,17 +93,18 @@ void parse_streams(std::string_view flag, const std::string& value, Streams* all
 }
 
 // host, [v6], host:port, [v6]:port.
-void parse_endpoint(const std::string& value, std::string* host, std::optional<int>* port) {
+void parse_endpoint(const std::string& value, std::string* host, std::optional<int>* port,
+                    const std::string& flag = "--rdzv-endpoint") {
   std::string h = value;
   std::string p;
   if (!h.empty() && h.front() == '[') {
     size_t close = h.find(']');
     if (close == std::string::npos)
-      bad("--rdzv-endpoint '" + value + "' has an unclosed '[' (use [v6addr]:port)");
+      bad(flag + " '" + value + "' has an unclosed '[' (use [v6addr]:port)");
     std::string rest = h.substr(close + 1);
     h = h.substr(1, close - 1);
     if (!rest.empty()) {
-      if (rest.front() != ':') bad("--rdzv-endpoint '" + value + "' is not [v6addr]:port");
+      if (rest.front() != ':') bad(flag + " '" + value + "' is not [v6addr]:port");
       p = rest.substr(1);
     }
   } else {
@@ -175,10 +114,9 @@ void parse_endpoint(const std::string& value, std::string* host, std::optional<i
       h = h.substr(0, colon);
     }
   }
-  if (h.empty()) bad("--rdzv-endpoint '" + value + "' has no host (use host:port)");
+  if (h.empty()) bad(flag + " '" + value + "' has no host (use host:port)");
   *host = h;
-  if (!p.empty())
-    *port = parse_int_flag("--rdzv-endpoint", p, 0, 65535, "host:port with a port in 0..65535");
+  if (!p.empty()) *port = parse_int_flag(flag, p, 0, 65535, "host:port with a port in 0..65535");
 }
 
 // Where node rank and count come from when not given: mpirun, PMI, then Slurm.
@@ -208,142 +146,189 @@ std::optional<NodeEnv> node_env() {
   return std::nullopt;
 }
 
-}  // namespace
+// The values as given, before the checks that span several flags.
+struct Given {
+  std::string nproc, nnodes, redirects, tee, rdzv_endpoint, rdzv_backend, bind_to, store;
+  std::string run_id, rdzv_id, job_id;
+  bool no_prefix = false;
+};
 
-Options parse_args(int argc, const char* const* argv) {
-  Options o;
-  std::set<std::string> given;
-  std::optional<std::string> rdzv_host;
-  std::optional<int> rdzv_port;
-  int i = 1;
-  for (; i < argc; ++i) {
-    std::string_view arg = argv[i];
-    if (arg == "--") {
-      ++i;
-      break;
-    }
-    if (arg.empty() || arg.front() != '-' || arg == "-") break;  // the program
-    if (arg == "-h") {
-      o.help = true;
-      continue;
-    }
-    if (arg.size() < 3 || arg.substr(0, 2) != "--")
-      bad("unknown option '" + std::string(arg) + "'");
-    size_t eq = arg.find('=');
-    std::string name = normalize(arg.substr(0, eq));
-    const FlagSpec* f = find_flag(name);
-    if (f) name = std::string(f->name);
-    if (!f) {
-      std::string candidates;
-      for (const FlagSpec& c : kFlags)
-        if (c.name.substr(0, name.size()) == name)
-          candidates += (candidates.empty() ? "" : ", ") + std::string(c.name);
-      if (!candidates.empty())
-        bad("ambiguous option '" + std::string(arg.substr(0, eq)) + "' (" + candidates + ")");
-      std::string near = nearest_flag(name);
-      bad("unknown option '" + std::string(arg.substr(0, eq)) + "'" +
-          (near.empty() ? "" : " (did you mean " + near + "?)"));
-    }
-    std::string value;
-    if (f->takes_value) {
-      if (eq != std::string_view::npos) {
-        value = std::string(arg.substr(eq + 1));
-      } else if (i + 1 < argc) {
-        value = argv[++i];
-      } else {
-        bad(name + " needs a value");
-      }
-      if (value.empty()) bad(name + " needs a non-empty value");
-    } else if (eq != std::string_view::npos) {
-      bad(name + " takes no value (got '" + std::string(arg) + "')");
-    }
-    given.insert(name);
+void add_options(CLI::App& app, Options& o, Given& g) {
+  app.add_option("--nproc-per-node", g.nproc,
+                 "workers on this node (default 1; 'cpu': one per CPU)")
+      ->type_name("N");
+  app.add_option("--nnodes", g.nnodes,
+                 "nodes in the job (default 1, or from Slurm/mpirun; MIN:MAX with MIN = MAX)")
+      ->type_name("N");
+  app.add_option("--node-rank", o.node_rank,
+                 "this node's index, 0..nnodes-1 (default 0, or from Slurm/mpirun)")
+      ->type_name("R")
+      ->check(CLI::Range(0, 1 << 20));
+  app.add_option("--master-addr", o.master_addr, "address of node 0 (default 127.0.0.1)")
+      ->type_name("A");
+  app.add_option("--master-port", o.master_port,
+                 "port of the store on node 0 (default 29500; 0: a free port, one node only)")
+      ->type_name("P")
+      ->check(CLI::Range(0, 65535));
+  app.add_flag("--standalone", o.standalone, "one node on 127.0.0.1 with a free port");
+  app.add_option("--rdzv-endpoint", g.rdzv_endpoint,
+                 "host[:port]: same as --master-addr host --master-port port")
+      ->type_name("H:P");
+  app.add_option("--store", g.store,
+                 "use the external tpstore at HOST:PORT (started with tpstore --host HOST --port "
+                 "PORT): no node hosts a store, every worker connects to it")
+      ->type_name("HOST:PORT");
+  app.add_option("--rdzv-backend", g.rdzv_backend,
+                 "c10d or static (torchrun's spellings; both mean the TCPStore tprun hosts on "
+                 "node 0)")
+      ->type_name("NAME")
+      ->check(CLI::IsMember({"c10d", "static"}));
+  app.add_option("--run-id", g.run_id,
+                 "job id given to workers as TPCOMM_JOB_ID (default: TPCOMM_JOB_ID, "
+                 "SLURM_JOB_ID, else random)")
+      ->type_name("ID");
+  app.add_option("--rdzv-id", g.rdzv_id, "same as --run-id")->type_name("ID");
+  app.add_option("--job-id", g.job_id, "same as --run-id")->type_name("ID");
+  app.add_option("--max-restarts", o.max_restarts,
+                 "restart all workers of this node up to N times after a failure")
+      ->type_name("N")
+      ->check(CLI::Range(0, 1 << 20));
+  app.add_option("--log-dir", o.log_dir,
+                 "also write each worker's output to DIR/rank_N/{stdout,stderr}.log")
+      ->type_name("DIR");
+  app.add_option("--redirects", g.redirects,
+                 "send stream(s) S only to the log files: 0 none, 1 stdout, 2 stderr, 3 both, "
+                 "or per local rank: 0:3,1:2")
+      ->type_name("S");
+  app.add_option("--tee", g.tee,
+                 "write stream(s) S to console and files (the default with --log-dir)")
+      ->type_name("S");
+  app.add_flag("--no-prefix", g.no_prefix, "do not put \"[rank N]: \" before worker output");
+  app.add_option("--bind-to", g.bind_to,
+                 "core: pin local rank i to the i-th CPU tprun may use (as mpirun binds); "
+                 "none: let the scheduler place workers (default)")
+      ->type_name("core|none")
+      ->check(CLI::IsMember({"core", "none"}));
+}
 
-    if (name == "--help") {
-      o.help = true;
-    } else if (name == "--nproc-per-node") {
-      o.nproc_per_node = parse_nproc(value);
-    } else if (name == "--nnodes") {
-      o.nnodes = parse_nnodes(value);
-    } else if (name == "--node-rank") {
-      o.node_rank = parse_int_flag(name, value, 0, 1 << 20, "a node rank >= 0");
-    } else if (name == "--master-addr") {
-      o.master_addr = value;
-    } else if (name == "--master-port") {
-      o.master_port = parse_int_flag(name, value, 0, 65535, "a port in 0..65535");
-    } else if (name == "--standalone") {
-      o.standalone = true;
-    } else if (name == "--max-restarts") {
-      o.max_restarts = parse_int_flag(name, value, 0, 1 << 20, "a count >= 0");
-    } else if (name == "--log-dir") {
-      o.log_dir = value;
-    } else if (name == "--redirects") {
-      parse_streams(name, value, &o.redirects, &o.redirects_per_rank);
-    } else if (name == "--tee") {
-      parse_streams(name, value, &o.tee, &o.tee_per_rank);
-    } else if (name == "--rdzv-endpoint") {
-      o.rdzv_endpoint = value;
-      std::string h;
-      parse_endpoint(value, &h, &rdzv_port);
-      rdzv_host = h;
-    } else if (name == "--rdzv-backend") {
-      if (value != "c10d" && value != "static")
-        bad("--rdzv-backend '" + value +
-            "' is not supported: tprun hosts a TCPStore on node 0 (c10d or static)");
-    } else if (name == "--run-id" || name == "--job-id" || name == "--rdzv-id") {
-      o.job_id = value;
-    } else if (name == "--no-prefix") {
-      o.prefix_output = false;
-    } else if (name == "--bind-to") {
-      if (value != "core" && value != "none")
-        bad("--bind-to '" + value + "' is not supported: core (one CPU per local rank) or none");
-      o.bind_to_core = value == "core";
+std::string describe_app(CLI::App& app, std::string_view prog) {
+  app.description(
+      "usage: " + std::string(prog) + " [options] PROGRAM [ARGS...]\n       " + std::string(prog) +
+      " [options] -- PROGRAM [ARGS...]\n\n"
+      "Starts nproc-per-node copies of PROGRAM on this node with RANK, LOCAL_RANK, WORLD_SIZE,\n"
+      "LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT and TPCOMM_JOB_ID set. Node 0\n"
+      "hosts the job's TCPStore on the master port; workers reach it through env://. When a\n"
+      "worker fails, the others on this node are stopped and tprun exits with the failing\n"
+      "worker's status.\n"
+      "Options take torchrun's spellings: --nproc_per_node, --nproc-per-node=2, --nproc.");
+  std::string footer =
+      "environment: TPCOMM_LAUNCH_GRACE (SIGTERM to SIGKILL grace, default 5s).\n"
+      "exit status: 0, the failing worker's exit code, or 128+signal; 2 for a bad command "
+      "line.";
+  app.footer(footer);
+  return footer;
+}
+
+// Where the program starts in args: the first argument that is not an option or an option's
+// value, or the one after "--".
+size_t program_index(const CLI::App& app, const std::vector<std::string>& args, bool* dashdash) {
+  *dashdash = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--") {
+      *dashdash = true;
+      return i;
     }
+    if (a.empty() || a.front() != '-' || a == "-") return i;
+    const CLI::Option* opt = cli::find_option(app, a);
+    if (opt && opt->get_items_expected_max() > 0 && a.find('=') == std::string::npos) ++i;
   }
-  if (i < argc) {
-    o.program = argv[i++];
-    for (; i < argc; ++i) o.args.emplace_back(argv[i]);
-  }
-  if (o.help) return o;
+  return args.size();
+}
 
+// The flags' values into `o` (those whose parsing is ours); returns the --rdzv-endpoint host
+// and port when given.
+void apply_given(const CLI::App& app, const Given& g, Options& o,
+                 std::optional<std::string>* rdzv_host, std::optional<int>* rdzv_port) {
+  auto given = [&](const char* name) { return app.count(name) > 0; };
+  if (given("--nproc-per-node")) o.nproc_per_node = parse_nproc(g.nproc);
+  if (given("--nnodes")) o.nnodes = parse_nnodes(g.nnodes);
+  if (given("--redirects"))
+    parse_streams("--redirects", g.redirects, &o.redirects, &o.redirects_per_rank);
+  if (given("--tee")) parse_streams("--tee", g.tee, &o.tee, &o.tee_per_rank);
+  if (given("--rdzv-endpoint")) {
+    if (g.rdzv_endpoint.empty()) bad("--rdzv-endpoint needs a non-empty value");
+    o.rdzv_endpoint = g.rdzv_endpoint;
+    std::string h;
+    parse_endpoint(g.rdzv_endpoint, &h, rdzv_port);
+    *rdzv_host = h;
+  }
+  if (given("--store")) {
+    if (o.standalone || given("--rdzv-endpoint") || given("--master-addr") ||
+        given("--master-port"))
+      bad("--store names the job's store; it does not go with --standalone, --rdzv-endpoint, "
+          "--master-addr or --master-port");
+    std::string h;
+    std::optional<int> p;
+    parse_endpoint(g.store, &h, &p, "--store");
+    if (!p) bad("--store '" + g.store + "' has no port (use HOST:PORT, as tpstore printed it)");
+    o.master_addr = h;
+    o.master_port = *p;
+    o.external_store = true;
+  }
+  for (const std::string* id : {&g.run_id, &g.rdzv_id, &g.job_id})
+    if (!id->empty()) o.job_id = *id;
+  if (g.no_prefix) o.prefix_output = false;
+  if (given("--bind-to")) o.bind_to_core = g.bind_to == "core";
+}
+
+// Node count, index and master: --standalone, --rdzv-endpoint, else the flags and the
+// launcher's environment (mpirun, PMI, Slurm).
+void resolve_layout(const CLI::App& app, Options& o, const std::optional<std::string>& rdzv_host,
+                    const std::optional<int>& rdzv_port) {
+  auto given = [&](const char* name) { return app.count(name) > 0; };
   if (o.standalone) {
-    if (given.count("--nnodes") && o.nnodes != 1)
+    if (given("--nnodes") && o.nnodes != 1)
       bad("--standalone runs one node, but --nnodes is " + std::to_string(o.nnodes));
-    if (given.count("--node-rank") && o.node_rank != 0)
+    if (given("--node-rank") && o.node_rank != 0)
       bad("--standalone runs one node, but --node-rank is " + std::to_string(o.node_rank));
     o.nnodes = 1;
     o.node_rank = 0;
     o.master_addr = "127.0.0.1";
     o.master_port = 0;
-  } else {
-    if (rdzv_host) {
-      if (given.count("--master-addr") && o.master_addr != *rdzv_host)
-        bad("--rdzv-endpoint host '" + *rdzv_host + "' disagrees with --master-addr '" +
-            o.master_addr + "'; give one of them");
-      o.master_addr = *rdzv_host;
-      if (rdzv_port) o.master_port = *rdzv_port;
-    }
-    bool have_nnodes = given.count("--nnodes") > 0;
-    bool have_rank = given.count("--node-rank") > 0;
-    std::string origin = "--node-rank " + std::to_string(o.node_rank);
-    if (!have_nnodes || !have_rank) {
-      if (auto e = node_env()) {
-        TPLOG(INFO, LAUNCH) << "tprun: node layout from the environment: " << e->source;
-        if (!have_nnodes) o.nnodes = e->nnodes;
-        if (!have_rank) {
-          o.node_rank = e->node_rank;
-          origin = "node rank " + std::to_string(o.node_rank) + " (from " + e->source + ")";
-        }
+    return;
+  }
+  if (rdzv_host) {
+    if (given("--master-addr") && o.master_addr != *rdzv_host)
+      bad("--rdzv-endpoint host '" + *rdzv_host + "' disagrees with --master-addr '" +
+          o.master_addr + "'; give one of them");
+    o.master_addr = *rdzv_host;
+    if (rdzv_port) o.master_port = *rdzv_port;
+  }
+  bool have_nnodes = given("--nnodes");
+  bool have_rank = given("--node-rank");
+  std::string origin = "--node-rank " + std::to_string(o.node_rank);
+  if (!have_nnodes || !have_rank) {
+    if (auto e = node_env()) {
+      TPLOG(INFO, LAUNCH) << "tprun: node layout from the environment: " << e->source;
+      if (!have_nnodes) o.nnodes = e->nnodes;
+      if (!have_rank) {
+        o.node_rank = e->node_rank;
+        origin = "node rank " + std::to_string(o.node_rank) + " (from " + e->source + ")";
       }
     }
-    if (o.node_rank >= o.nnodes)
-      bad(origin + " is out of range for " + std::to_string(o.nnodes) +
-          (o.nnodes == 1 ? " node" : " nodes") + " (node ranks are 0.." +
-          std::to_string(o.nnodes - 1) + ")");
-    if (o.master_port == 0 && o.nnodes > 1)
-      bad("--master-port 0 (a free port) works only on one node; the other nodes must know "
-          "the port: give a fixed --master-port");
   }
+  if (o.node_rank >= o.nnodes)
+    bad(origin + " is out of range for " + std::to_string(o.nnodes) +
+        (o.nnodes == 1 ? " node" : " nodes") + " (node ranks are 0.." +
+        std::to_string(o.nnodes - 1) + ")");
+  if (o.master_port == 0 && o.nnodes > 1 && !o.external_store)
+    bad("--master-port 0 (a free port) works only on one node; the other nodes must know "
+        "the port: give a fixed --master-port");
+}
+
+// Output streams, the program, the job id and the grace period.
+void finish(Options& o) {
   if (o.log_dir.empty()) {
     if (o.redirects != Streams::None || !o.redirects_per_rank.empty())
       bad("--redirects sends worker output to files: give --log-dir DIR too");
@@ -357,53 +342,63 @@ Options parse_args(int argc, const char* const* argv) {
             std::to_string(rank) + " is out of range for --nproc-per-node " +
             std::to_string(o.nproc_per_node));
   if (o.program.empty()) bad("no program to run: tprun [options] PROGRAM [ARGS...]");
-
   if (o.job_id.empty()) {
-    if (config::is_set("TPCOMM_JOB_ID")) {
+    if (o.external_store && !config::is_set("TPCOMM_JOB_ID")) {
+      o.job_id = "default";  // tpstore's own default
+    } else if (config::is_set("TPCOMM_JOB_ID")) {
       o.job_id = config::get_string("TPCOMM_JOB_ID");
     } else if (config::is_set("SLURM_JOB_ID")) {
       o.job_id = "slurm-" + config::get_string("SLURM_JOB_ID");
     }
   }
   o.grace = config::get_duration("TPCOMM_LAUNCH_GRACE");
+}
+
+}  // namespace
+
+Options parse_args(int argc, const char* const* argv) {
+  Options o;
+  Given g;
+  CLI::App app;
+  cli::setup(app, kTool);
+  add_options(app, o, g);
+  describe_app(app, kTool);
+  std::vector<std::string> args(argv + 1, argv + argc);
+  cli::argparse_spellings(app, args, kTool);
+  bool dashdash = false;
+  size_t prog = program_index(app, args, &dashdash);
+  std::vector<std::string> own(args.begin(), args.begin() + static_cast<long>(prog));
+  size_t first = prog + (dashdash ? 1 : 0);
+  if (first < args.size()) {
+    o.program = args[first];
+    o.args.assign(args.begin() + static_cast<long>(first) + 1, args.end());
+  }
+  switch (cli::parse(app, own, kTool)) {
+    case cli::Parsed::Help:
+      o.help = true;
+      return o;
+    case cli::Parsed::Version:
+      o.version = true;
+      return o;
+    case cli::Parsed::Run:
+      break;
+  }
+  std::optional<std::string> rdzv_host;
+  std::optional<int> rdzv_port;
+  apply_given(app, g, o, &rdzv_host, &rdzv_port);
+  resolve_layout(app, o, rdzv_host, rdzv_port);
+  finish(o);
   return o;
 }
 
 std::string usage(std::string_view prog) {
-  std::string p(prog);
-  return "usage: " + p + R"( [options] PROGRAM [ARGS...]
-       )" +
-         p + R"( [options] -- PROGRAM [ARGS...]
-
-Starts nproc-per-node copies of PROGRAM on this node with RANK, LOCAL_RANK, WORLD_SIZE,
-LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT and TPCOMM_JOB_ID set. Node 0 hosts
-the job's TCPStore on the master port; workers reach it through env://. When a worker fails,
-the others on this node are stopped and tprun exits with the failing worker's status.
-
-options (underscores work too: --nproc_per_node):
-  --nproc-per-node N     workers on this node (default 1; 'cpu': one per CPU)
-  --nnodes N             nodes in the job (default 1, or from Slurm/mpirun)
-  --node-rank R          this node's index, 0..nnodes-1 (default 0, or from Slurm/mpirun)
-  --master-addr A        address of node 0 (default 127.0.0.1)
-  --master-port P        port of the store on node 0 (default 29500; 0: a free port,
-                         single node only)
-  --standalone           single node on 127.0.0.1 with a free port
-  --rdzv-endpoint H:P    same as --master-addr H --master-port P
-  --run-id ID            job id given to workers as TPCOMM_JOB_ID (also --job-id,
-                         --rdzv-id; default: TPCOMM_JOB_ID, SLURM_JOB_ID, else random)
-  --max-restarts N       restart all workers of this node up to N times after a failure
-  --log-dir DIR          also write each worker's output to DIR/rank_N/{stdout,stderr}.log
-  --redirects S          send stream(s) S only to the log files: 0 none, 1 stdout,
-                         2 stderr, 3 both, or per local rank: 0:3,1:2
-  --tee S                write stream(s) S to console and files (the default with --log-dir)
-  --no-prefix            do not put "[rank N]: " before each line of worker output
-  --bind-to core|none    core: pin local rank i to the i-th CPU tprun may use (as mpirun
-                         binds); none: let the scheduler place workers (default)
-  -h, --help             show this help
-
-environment: TPCOMM_LAUNCH_GRACE (SIGTERM to SIGKILL grace, default 5s).
-exit status: 0, the failing worker's exit code, or 128+signal; 2 for a bad command line.
-)";
+  Options o;
+  Given g;
+  CLI::App app;
+  cli::setup(app, prog);
+  add_options(app, o, g);
+  describe_app(app, prog);
+  return app.help();
 }
 
 }  // namespace tpcomm::launch

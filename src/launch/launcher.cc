@@ -19,9 +19,11 @@
 #include <string>
 #include <vector>
 
+#include "core/cli.h"
 #include "core/config.h"
 #include "core/deadline.h"
 #include "core/log.h"
+#include "launch/join_progress.h"
 #include "launch/launch_internal.h"
 #include "tpcomm/error.hpp"
 #include "tpcomm/launch.hpp"
@@ -205,7 +207,12 @@ class Attempt {
 
   AttemptResult run() {
     start_workers();
+    // On a terminal, the first attempt shows how many ranks have reached init_process_group.
+    if (restart_ == 0 && isatty(o_.err_fd) == 1)
+      progress_ = std::make_unique<detail::JoinProgress>(
+          o_.err_fd, o_.master_addr, job_.master_port, job_.job_id, o_.nnodes * o_.nproc_per_node);
     loop();
+    progress_.reset();
     drain_output();
     // Whatever a stopped worker left behind in its group goes too.
     if (stopping_)
@@ -288,6 +295,7 @@ class Attempt {
 
   void handle_signal(int sig) {
     if (sig == SIGCHLD) return;
+    if (progress_) progress_->hide();
     if (!result_.interrupt) {
       result_.interrupt = sig;
       int n = running();
@@ -344,8 +352,11 @@ class Attempt {
         for (int sig : job_.signals->take()) handle_signal(sig);
       k = 1;
     }
-    for (size_t j = 0; j < pipes.size(); ++j)
-      if (fds[k + j].revents) pump(*pipes[j].first, *pipes[j].second);
+    for (size_t j = 0; j < pipes.size(); ++j) {
+      if (!fds[k + j].revents) continue;
+      if (progress_) progress_->hide();  // worker lines never land behind the progress line
+      pump(*pipes[j].first, *pipes[j].second);
+    }
   }
 
   void loop() {
@@ -367,6 +378,7 @@ class Attempt {
                     " workers did not die within 5 s of SIGKILL; giving up on them");
         return;
       }
+      if (progress_) progress_->tick();
       int timeout = 250;  // backstop; SIGCHLD wakes the poll sooner
       if (stopping_ && !killed_) timeout = std::min(timeout, kill_at_.poll_timeout_ms());
       if (killed_) timeout = std::min(timeout, give_up_.poll_timeout_ms());
@@ -401,6 +413,7 @@ class Attempt {
   std::vector<std::unique_ptr<Worker>> workers_;
   std::vector<LineForwarder> out_;
   std::vector<LineForwarder> err_;
+  std::unique_ptr<detail::JoinProgress> progress_;
   AttemptResult result_;
   bool stopping_ = false;
   bool killed_ = false;
@@ -502,7 +515,7 @@ int detail::run_job(const Options& options, bool adopt_orphans) {
   job.signals = &signals;
   std::unique_ptr<detail::StoreHost> store;
   job.master_port = options.master_port;
-  if (options.node_rank == 0) {
+  if (options.node_rank == 0 && !options.external_store) {
     store =
         std::make_unique<detail::StoreHost>(options.master_addr, options.master_port, job.job_id);
     job.master_port = store->port();
@@ -558,6 +571,10 @@ int main(int argc, const char* const* argv) {
       print(o.out_fd, usage(prog));
       return 0;
     }
+    if (o.version) {
+      print(o.out_fd, cli::version_line(prog) + "\n");
+      return 0;
+    }
     // Processes a worker leaves behind are reparented to tprun, which reaps them, rather
     // than to an init that might not. Only when this process has no children yet: called
     // in-process (tests), other children are not tprun's to reap.
@@ -578,7 +595,10 @@ int main(int argc, const char* const* argv) {
     print(2, std::string(e.what()) + "\n");
     return 2;
   } catch (const std::exception& e) {
-    print(2, std::string(e.what()) + "\n");
+    print(2, "tprun: error: " + std::string(e.what()) + "\n");
+    return 1;
+  } catch (...) {
+    print(2, "tprun: error: an unknown exception\n");
     return 1;
   }
 }

@@ -347,7 +347,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   /// How often the parked progress thread looks again while user threads wait, when their
   /// core is contended (or nothing says otherwise): each look is a timer wake-up on the
   /// spinner's core, and under other processes' load these frequent wake-ups win the core
-  /// back for the rank (bench/RESULTS.md, sessions 8, 18, 19).
+  /// back for the rank.
   static constexpr std::chrono::milliseconds kLinger{1};
   /// The same on a calm core, where each of those wake-ups only interrupts the spinner.
   static constexpr std::chrono::milliseconds kLingerCalm{8};
@@ -362,7 +362,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // The transports' wait_fd()s. They are in epoll_fd_ only while the progress thread sleeps
   // on it: a watched fd that is itself an epoll set (UCX's worker, the tcp transport's) passes
   // every arrival on its sockets up to epoll_fd_'s callback, on the core that delivers the
-  // packet (over loopback, the sender's), even while nobody sleeps here (bench/RESULTS.md).
+  // packet (over loopback, the sender's), even while nobody sleeps here.
   std::vector<int> sleep_fds_;
   bool any_without_fd_ = false;
   int64_t spin_us_ = 0, yield_us_ = 0;

@@ -4,6 +4,7 @@
 #include "core/config.h"
 #include "core/log.h"
 #include "topology/topology.h"
+#include "tpcomm/error.hpp"
 
 namespace tpcomm::p2p {
 
@@ -36,12 +37,18 @@ std::unique_ptr<TopoState> publish_summary(Store& store, int rank, const std::st
                                            const std::vector<std::string>& usable) {
   auto t = std::make_unique<TopoState>();
   std::string text;
+  // A topology the user named must load: falling back to the discovered order would hide the
+  // mistake.
+  std::string named_error;
+  if (!process_topology(&named_error) && !config::get_string("TPCOMM_TOPO_FILE").empty())
+    throw ConfigError("TPCOMM_TOPO_FILE='" + config::get_string("TPCOMM_TOPO_FILE") +
+                      "' cannot be used: " + named_error);
   try {
     std::string err;
     const topo::Topology* machine = process_topology(&err);
     if (!machine) throw std::runtime_error(err);
-    int local_rank = config::is_set("LOCAL_RANK") ? static_cast<int>(config::get_int("LOCAL_RANK"))
-                                                  : rank;
+    int local_rank =
+        config::is_set("LOCAL_RANK") ? static_cast<int>(config::get_int("LOCAL_RANK")) : rank;
     t->mine = topo::local_summary(*machine, rank, local_rank, "", usable);
     t->mine.host_id = host_id;  // the engine's notion of a host (TPCOMM_HOSTID) decides
     text = topo::summary_to_string(t->mine);

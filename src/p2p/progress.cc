@@ -273,8 +273,8 @@ void Engine::wait_impl(Op& op, std::chrono::steady_clock::time_point until,
     // UCX over tcp): no pause after a round that found nothing (it only lengthens each of the
     // many rounds of a large tcp transfer), the clock every round, and the wait counted in
     // spinners_ from its start. Such a round takes microseconds, up to a millisecond when it
-    // pushes a rendezvous' data, and a wait that had not counted itself after 16 of them let
-    // the progress thread take the transports over from under it (bench/RESULTS.md).
+    // pushes a rendezvous' data, and a wait that counted itself only after 16 of them would let
+    // the progress thread take the transports over from under it.
     const bool syscall_polls = syscall_polls_.load(std::memory_order_relaxed);
     const unsigned clock_mask = spin_us_ <= 2 || syscall_polls ? 0u : 15u;
     // The first clock reading: the wait counts itself in spinners_ and its phases start.
@@ -445,11 +445,11 @@ void Engine::progress_thread_main() {
     // Linger while a user thread spins, or spun since the last look (its epoch moved) and
     // none sleeps: it progresses the transports itself and will likely wait again soon.
     // Each look is a timer wake-up on the spinner's core (~17 us of this thread's time in a
-    // VM, and a context switch of the spinner's). A fixed longer period was measured three
-    // times (sessions 8, 18, 19): up to 7% faster on a calm machine, 5-50% slower under other
-    // processes' load, where these frequent wake-ups win the core back for the rank. So the
-    // period follows the waiters' own reading of their core (note_core_share): kLinger while
-    // they lose CPU time to someone, kLingerCalm while they get all of it.
+    // VM, and a context switch of the spinner's). A fixed longer period measures up to 7%
+    // faster on a calm machine and 5-50% slower under other processes' load, where these
+    // frequent wake-ups win the core back for the rank. So the period follows the waiters'
+    // own reading of their core (note_core_share): kLinger while they lose CPU time to
+    // someone, kLingerCalm while they get all of it.
     uint64_t epoch = spin_epoch_.load(std::memory_order_relaxed);
     if (spinners_.load() > 0 || (sleepers_.load() == 0 && epoch != parked_epoch)) {
       parked_epoch = epoch;

@@ -207,8 +207,10 @@ std::vector<std::string> dump(const std::string& reason, int only_rank) {
     std::string path = dir + "/rank" + std::to_string(rank) + ".trace";
     if (write_file(path, out)) {
       paths.push_back(path);
-      TPLOG(WARN, COLL) << "flight recorder: rank " << rank << " dumped to " << path << " ("
-                        << one_line(reason) << ")";
+      // On the console whatever TPCOMM_DEBUG says: the dump is what a user looks at next.
+      log::notice_once("flight recorder: rank " + std::to_string(rank) + " dumped to " + path +
+                       " (" + one_line(reason.substr(0, reason.find(':'))) + "); 'tpinfo --trace " +
+                       dir + "' merges the ranks' dumps");
     } else {
       TPLOG(WARN, COLL) << "flight recorder: cannot write " << path << " (errno " << errno << ")";
     }

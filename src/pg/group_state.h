@@ -1,5 +1,5 @@
 // What a ProcessGroup is made of (detail::GroupState), shared by the group's methods in
-// src/pg/ and, later, the collectives in src/collectives/.
+// src/pg/.
 #pragma once
 
 #include <atomic>

@@ -16,6 +16,7 @@
 #include "pg/p2p_work.h"
 #include "tpcomm/error.hpp"
 #include "tpcomm/transport/transport.hpp"
+#include "tpcomm/version.hpp"
 
 namespace tpcomm {
 namespace detail {
@@ -115,7 +116,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(std::shared_ptr<Store> store,
                           " and world_size " + std::to_string(world_size) +
                           " are invalid (need 0 <= rank < world_size)");
   transport::register_builtin_transports();
-  for (const std::string& w : config::validate()) TPLOG(WARN, ENV) << w;
+  for (const std::string& w : config::validate()) log::notice_once(w);
   std::string backend = options.backend.empty() ? std::string("auto") : options.backend;
   detail::check_backend(backend);
   auto timeout =
@@ -155,7 +156,8 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(std::shared_ptr<Store> store,
   world->engine->add_group(g->info);
   world->groups.push_back(g);
   TPLOG(INFO, INIT) << "rank " << rank << "/" << world_size << ": process group '" << g->info.name
-                    << "' up (backend " << backend << ", host '" << eo.host_id << "')";
+                    << "' up (tpcomm " << version() << ", build: " << build_options()
+                    << "; backend " << backend << ", host '" << eo.host_id << "')";
   if (config::get_enum("TPCOMM_CONNECT") == "eager")
     world->engine->connect_all(backend, g->info.ranks, Deadline::after(timeout));
   return std::make_shared<ProcessGroup>(g);

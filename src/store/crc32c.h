@@ -1,5 +1,6 @@
 // CRC32C (Castagnoli), used to checksum FileStore records. Hardware (SSE4.2) when the CPU has
-// it, a table otherwise; both give the same value.
+// it, a table otherwise; both give the same value. Kept here: Debian 12 packages no C/C++
+// CRC32C library (no libcrc32c-dev in bookworm; zlib's crc32 is another polynomial).
 #pragma once
 
 #include <cstddef>

@@ -213,7 +213,7 @@ TEST(CollErrors, BadTensorsAndLists) {
                all_reduce(c, a);
              }),
              "allreduce: unknown algorithm 'hypercube' (valid: ring, tree, recursive_doubling, "
-             "rabenseifner)");
+             "rabenseifner, shm_direct)");
 }
 
 }  // namespace

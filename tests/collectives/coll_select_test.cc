@@ -42,7 +42,9 @@ TEST(Catalogue, EveryOpHasNamedDescribedAlgorithmsWithIdsInOrder) {
   EXPECT_EQ(parse_coll_op("Reduce_Scatter"), CollOp::ReduceScatter);
   EXPECT_EQ(parse_coll_op("all-to-all"), CollOp::AllToAll);
   EXPECT_FALSE(parse_coll_op("allreduc").has_value());
-  EXPECT_EQ(algorithm_names(CollOp::AllReduce), "ring, tree, recursive_doubling, rabenseifner");
+  // Every name TPCOMM_ALGO and --algo accept, shm_direct (one host) included.
+  EXPECT_EQ(algorithm_names(CollOp::AllReduce),
+            "ring, tree, recursive_doubling, rabenseifner, shm_direct");
 }
 
 TEST(AlgoRules, ParsesOpsAlgorithmsAndRanges) {
@@ -104,7 +106,7 @@ TEST(Selection, CallOptionsBeatTheEnvironmentWhichBeatsTheModel) {
     FAIL();
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find(
-                  "broadcast: unknown algorithm 'nope' (valid: binomial, ring, tree)"),
+                  "broadcast: unknown algorithm 'nope' (valid: binomial, ring, tree, shm_direct)"),
               std::string::npos)
         << e.what();
   }

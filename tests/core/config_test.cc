@@ -93,6 +93,74 @@ TEST(Config, UnknownVariableGetsNearestSuggestion) {
   EXPECT_NE(warnings[0].find("did you mean TPCOMM_BUFFSIZE"), std::string::npos) << warnings[0];
 }
 
+// Only the documented units: "5sec" is refused, not read as 5 s.
+TEST(Config, DurationWithAnUnknownUnitIsRefused) {
+  EXPECT_FALSE(parse_duration("5sec"));
+  EXPECT_FALSE(parse_duration("5 seconds"));
+  EXPECT_EQ(parse_duration("5s"), std::chrono::seconds(5));
+  EXPECT_EQ(parse_duration("2min"), std::chrono::minutes(2));
+  ScopedEnv e("TPCOMM_TIMEOUT", "5sec");
+  try {
+    get_duration("TPCOMM_TIMEOUT");
+    FAIL() << "5sec was accepted";
+  } catch (const ConfigError& err) {
+    EXPECT_EQ(std::string(err.what()),
+              "TPCOMM_TIMEOUT='5sec' is malformed: TPCOMM_TIMEOUT takes a duration (e.g. 300, "
+              "30s, 250ms, 5m) (default '300s'). Fix or unset it.");
+  }
+  EXPECT_THROW(validate(), ConfigError);
+}
+
+// An NCCL_* variable set by habit: one line naming the TPCOMM_* variable that does its job.
+TEST(Config, NcclVariableNamesItsCounterpart) {
+  ScopedEnv a("NCCL_SOCKET_IFNAME", "eth0");
+  ScopedEnv b("NCCL_DEBUG", "INFO");
+  ScopedEnv c("TPCOMM_DEBUG", "warn");
+  ScopedEnv d("NCCL_SOMETHING_ELSE", "1");  // no counterpart: nothing said
+  std::vector<std::string> w = validate();
+  ASSERT_EQ(w.size(), 2u);
+  EXPECT_EQ(w[0],
+            "NCCL_DEBUG is set, but tpcomm does not read NCCL_* variables: its counterpart is "
+            "TPCOMM_DEBUG (set to 'warn')");
+  EXPECT_EQ(w[1],
+            "NCCL_SOCKET_IFNAME is set, but tpcomm does not read NCCL_* variables: its "
+            "counterpart is TPCOMM_SOCKET_IFNAME (unset)");
+}
+
+TEST(Config, TraceLevelNeedsTraceCompiledIn) {
+  ScopedEnv e("TPCOMM_DEBUG", "TRACE");
+#ifdef TPCOMM_ENABLE_TRACE
+  EXPECT_NO_THROW(validate());
+#else
+  try {
+    validate();
+    FAIL() << "TPCOMM_DEBUG=trace was accepted without trace compiled in";
+  } catch (const ConfigError& err) {
+    EXPECT_NE(std::string(err.what())
+                  .find("TPCOMM_DEBUG='TRACE': trace lines are not compiled "
+                        "into this build (configure with "
+                        "-DTPCOMM_ENABLE_TRACE=ON)"),
+              std::string::npos)
+        << err.what();
+  }
+#endif
+}
+
+// A variable naming a file tpcomm reads: an unreadable file is an error, not ignored.
+TEST(Config, UnreadableNamedFileIsAnError) {
+  ScopedEnv e("TPCOMM_TOPO_FILE", "/nonexistent/topo.xml");
+  try {
+    validate();
+    FAIL() << "an unreadable TPCOMM_TOPO_FILE was accepted";
+  } catch (const ConfigError& err) {
+    EXPECT_EQ(std::string(err.what()),
+              "TPCOMM_TOPO_FILE='/nonexistent/topo.xml' cannot be read: No such file or "
+              "directory. Fix or unset it.");
+  }
+  ScopedEnv s("TPCOMM_TOPO_FILE", "/proc/self/status");  // readable: validate has no say on its
+  EXPECT_NO_THROW(validate());                           // content (the loader has)
+}
+
 TEST(Config, EveryParamHasDescriptionAndValidDefault) {
   for (const Param* p : all()) {
     EXPECT_FALSE(p->description.empty()) << p->name;

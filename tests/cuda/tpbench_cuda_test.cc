@@ -1,6 +1,8 @@
 // tpbench --device cuda under tprun: buffers on the GPU (the fake driver in CI), data made and
 // checked on the host, every operation staged through the process group; every row of the
 // nccl-tests table must have #wrong 0.
+#include <sys/wait.h>
+
 #include <cstdio>
 #include <sstream>
 #include <string>
@@ -57,7 +59,8 @@ void count_rows(const std::string& out, int* rows, int* wrong) {
 
 TEST(TpbenchCuda, AllreduceUnderTprun) {
   int st = 0;
-  std::string out = run_tpbench(2, "--device cuda -o allreduce -b 8 -e 1M -f 4 -n 3 -w 1", &st);
+  std::string out =
+      run_tpbench(2, "--device cuda --collective allreduce -b 8 -e 1M -f 4 -n 3 -w 1", &st);
   EXPECT_EQ(st, 0) << out;
   EXPECT_TRUE(has(out, "2 ranks, transport shm")) << out;
   EXPECT_TRUE(has(out, "staged")) << out;
@@ -70,8 +73,8 @@ TEST(TpbenchCuda, AllreduceUnderTprun) {
 
 TEST(TpbenchCuda, EveryOperationAndDTypeOverTcp) {
   int st = 0;
-  std::string out =
-      run_tpbench(3, "--device cuda -t tcp -o all -d all -b 8 -e 4K -f 512 -n 2 -w 1", &st);
+  std::string out = run_tpbench(
+      3, "--device cuda --transport tcp --collective all -d all -b 8 -e 4K -f 512 -n 2 -w 1", &st);
   EXPECT_EQ(st, 0) << out;
   EXPECT_TRUE(has(out, "3 ranks, transport tcp")) << out;
   EXPECT_TRUE(has(out, "Out of bounds values : 0 OK")) << out;
@@ -81,18 +84,43 @@ TEST(TpbenchCuda, EveryOperationAndDTypeOverTcp) {
   EXPECT_EQ(wrong, 0) << out;
 }
 
+// Runs a tpbench command line without a launcher; its exit status and output.
+std::string run_alone(const std::string& args, int* status) {
+  const std::string bin = TPCOMM_TEST_BIN_DIR;
+  FILE* f = popen(("timeout -k 5 60 " + bin + "/tpbench " + args + " 2>&1").c_str(), "r");
+  if (!f) {
+    *status = -1;
+    return "popen failed";
+  }
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+  *status = pclose(f);
+  return out;
+}
+
 TEST(TpbenchCuda, BadDeviceOptionsAreRefused) {
   int st = 0;
   std::string out = run_tpbench(1, "--device gpu", &st);
   EXPECT_NE(st, 0);
-  EXPECT_TRUE(has(out, "--device 'gpu': use cpu or cuda")) << out;
-  const std::string bin = TPCOMM_TEST_BIN_DIR;
-  FILE* f = popen((bin + "/tpbench --device cuda --threads 2 2>&1").c_str(), "r");
-  ASSERT_NE(f, nullptr);
-  char buf[4096];
-  out.assign(buf, fread(buf, 1, sizeof buf, f));
-  EXPECT_NE(pclose(f), 0);
-  EXPECT_TRUE(has(out, "--device cuda runs under a launcher (tprun), not --threads")) << out;
+  EXPECT_TRUE(has(out, "--device: gpu not in {cpu,cuda}")) << out;
+  out = run_alone("--device cuda --threads 2", &st);
+  ASSERT_TRUE(WIFEXITED(st)) << out;
+  EXPECT_EQ(WEXITSTATUS(st), 2) << out;
+  EXPECT_TRUE(has(out,
+                  "tpbench: --device cuda runs under a launcher (tprun), one rank per process, "
+                  "not -t 2"))
+      << out;
+  // Without a launcher the ranks are threads on host memory: refused, not run on the host.
+  out = run_alone("--device cuda -t 1 -b 8 -e 8", &st);
+  ASSERT_TRUE(WIFEXITED(st)) << out;
+  EXPECT_EQ(WEXITSTATUS(st), 2) << out;
+  EXPECT_TRUE(has(out,
+                  "tpbench: --device cuda runs under a launcher (tprun), one rank per "
+                  "process; without one the ranks are threads of this process on host "
+                  "memory"))
+      << out;
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// ibverbs transport settings the test device can observe (issue 8): TPCOMM_IB_TC and
+// ibverbs transport settings the test device can observe: TPCOMM_IB_TC and
 // TPCOMM_IB_SL reach the address vector of every QP (ah_attr.grh.traffic_class, ah_attr.sl);
 // TPCOMM_IB_FORK_SAFE=1 calls ibv_fork_init; and the connection doorbell wakes a rank asleep
 // on wait_fd() when a new peer posts a connection request (no 200 ms safety-net wait).

@@ -1,4 +1,4 @@
-// The p2p scenarios over the ibverbs transport (issue 8, step 4), on the loopback test device
+// The p2p scenarios over the ibverbs transport, on the loopback test device
 // (TPCOMM_IBVERBS_LIB=<bin>/libtpcomm_fake_verbs.so): rings of 2, 3, 4 and 8 ranks across the
 // eager/rendezvous threshold (64 MiB with 2 ranks), many operations in flight (credits), a
 // killed peer, a wrong rkey and a QP forced into the error state. Skipped with the reason when

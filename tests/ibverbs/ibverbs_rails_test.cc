@@ -1,4 +1,4 @@
-// Multi-rail over the test device (issue 8): with two NICs (tpfake0, tpfake1) a rank opens one
+// Multi-rail over the test device: with two NICs (tpfake0, tpfake1) a rank opens one
 // rail per NIC, large transfers are striped over both (the device's per-NIC counters show
 // each carried about half), results are byte-exact at 2 and 4 ranks up to 64 MiB, one NIC's
 // QPs forced into error fail the transfer naming that NIC; and the rail choice itself

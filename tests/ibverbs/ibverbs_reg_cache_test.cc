@@ -1,4 +1,4 @@
-// The registration cache of the ibverbs transport (issue 8) on the test device, two transport
+// The registration cache of the ibverbs transport on the test device, two transport
 // instances in one process: the same buffer registers once; munmap + mmap at the same address,
 // madvise(MADV_DONTNEED) and a freed large malloc block (glibc unmaps it internally) each drop
 // the entry, so the next use registers again; a bounded cache evicts; TPCOMM_IB_REG_CACHE_SIZE=0

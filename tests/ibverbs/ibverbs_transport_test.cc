@@ -1,4 +1,4 @@
-// The ibverbs transport by itself (issue 8, step 3) on the loopback test device, two instances
+// The ibverbs transport by itself on the loopback test device, two instances
 // in one process sharing a HashStore: connection, message and put with immediate, and the
 // failures named with the peer, the NIC and the completion status in words (a wrong rkey, a
 // QP forced into the error state), after which posts answer PeerFailed.

@@ -1,4 +1,4 @@
-// Loading libibverbs at run time (issue 8, step 1): a missing library, a library without the
+// Loading libibverbs at run time: a missing library, a library without the
 // verbs entry points, or a host without an RDMA device each give a one-line reason naming the
 // library (the transport is then unavailable), and the registry knows the variables.
 #include <gtest/gtest.h>

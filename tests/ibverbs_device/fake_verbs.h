@@ -1,4 +1,4 @@
-// The loopback verbs test device (issue 8): a shared library, libtpcomm_fake_verbs.so, with
+// The loopback verbs test device: a shared library, libtpcomm_fake_verbs.so, with
 // the libibverbs entry points the ibverbs transport loads, so that the transport runs end to
 // end on machines without an RDMA device (TPCOMM_IBVERBS_LIB=<bin>/libtpcomm_fake_verbs.so).
 //

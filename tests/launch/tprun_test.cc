@@ -348,7 +348,9 @@ TEST(Tprun, MaxRestartsGivesUp) {
 TEST(Tprun, CommandLineErrorsExitTwo) {
   RunResult r = lt::run_tprun({"--nprocs", "2", "sh"});
   EXPECT_EQ(r.status, 2) << describe(r);
-  EXPECT_TRUE(contains(r.err, "unknown option '--nprocs' (did you mean --nproc-per-node?)"))
+  EXPECT_TRUE(contains(r.err,
+                       "tprun: The following argument was not expected: --nprocs (did you mean "
+                       "--nproc-per-node?); run 'tprun --help' for usage\n"))
       << describe(r);
   r = lt::run_tprun({"--standalone", "no_such_program_xyz"});
   EXPECT_EQ(r.status, 2) << describe(r);

@@ -1,4 +1,4 @@
-// The latency path of blocking collectives (issue 4, 8-byte all_reduce): the group's run lock
+// The latency path of blocking collectives (8-byte all_reduce): the group's run lock
 // (coll_run.h RunLock) excludes and wakes its waiters; a blocking call's Work (shared, no
 // reference count) reads completed and stays valid when kept; async all_reduce keeps its
 // own copies of the arguments, and a forced algorithm still reaches the call.

@@ -95,8 +95,16 @@ TEST(FlightRecorder, TimeoutDumpsAndTpinfoNamesTheRankBehind) {
       pg->destroy();
       return;
     }
+    ::testing::internal::CaptureStderr();
     EXPECT_THROW(pg->all_reduce(Tensor::of(v)), TimeoutError);
+    std::string console = ::testing::internal::GetCapturedStderr();
     EXPECT_TRUE(exists(me)) << "no dump at " << me;
+    // The console names the dump at the default log level.
+    EXPECT_TRUE(contains(console, "tpcomm: warning: flight recorder: rank " +
+                                      std::to_string(c.rank) + " dumped to " + me + " ("))
+        << console;
+    EXPECT_TRUE(contains(console, "'tpinfo --trace " + dir + "' merges the ranks' dumps"))
+        << console;
     std::string text = read_text(me);
     EXPECT_TRUE(contains(text, "tpcomm-flight-recorder v1")) << text;
     EXPECT_TRUE(contains(text, "reason TimeoutError: ")) << text;  // (intra-host: shm_direct)

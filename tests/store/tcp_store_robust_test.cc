@@ -372,7 +372,7 @@ TEST(TCPStoreHandshake, SlowButValidClientWithinTheTimeoutWorks) {
   EXPECT_EQ(master.add("slow", 0), 5);
 }
 
-// TPCOMM_STORE_HANDSHAKE_TIMEOUT=0 keeps silent connections (the old behaviour); a malformed
+// TPCOMM_STORE_HANDSHAKE_TIMEOUT=0 keeps silent connections (no handshake deadline); a malformed
 // value fails naming the variable.
 TEST(TCPStoreHandshake, ZeroDisablesAndBadValuesAreRefused) {
   {

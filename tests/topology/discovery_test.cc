@@ -8,7 +8,6 @@
 #include <set>
 
 #include "core/config.h"
-#include "topology/json.h"
 #include "topology/topo_test_util.h"
 #include "tpcomm/error.hpp"
 
@@ -46,6 +45,9 @@ TEST(Discovery, EveryStoredMachineLoadsAndRoundTrips) {
     EXPECT_FALSE(t.packages.empty());
     EXPECT_FALSE(t.numa_nodes.empty());
     std::string j = to_json(t);
+    EXPECT_EQ(j.find('\n'), std::string::npos) << "the default form is compact";
+    EXPECT_EQ(j.rfind("{\"format\":\"tpcomm-topology\",\"version\":1,", 0), 0u) << j;
+    EXPECT_NE(to_json(t, 2).find("\n  \"version\": 1,\n"), std::string::npos);
     Topology back = topology_from_json(j);
     EXPECT_EQ(back, t);
     EXPECT_EQ(to_json(back), j);

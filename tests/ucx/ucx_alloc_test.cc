@@ -1,4 +1,4 @@
-// Transport::allocate_memory over UCX (issue 9): memory from ucp_mem_map ALLOCATE. Over UCX's
+// Transport::allocate_memory over UCX: memory from ucp_mem_map ALLOCATE. Over UCX's
 // shared memory the peer maps it, so a put into it is ucp_put_nbx, one-sided: it completes,
 // every byte in place, while the target never progresses. Into the user's own memory the same
 // put goes as tagged messages and needs the target. Over UCX's tcp (RMA emulated there) puts

@@ -1,5 +1,5 @@
 // The p2p scenarios over the ucx transport, once over UCX's tcp and once over its shared
-// memory (issue 9): rings of 2, 3 and 4 ranks across the eager/rendezvous threshold up to
+// memory: rings of 2, 3 and 4 ranks across the eager/rendezvous threshold up to
 // 64 MiB, any-source receives, many operations in flight, a killed peer, and the fall-back
 // when UCX cannot be loaded. Skipped (with the reason) when the build has no UCX.
 #include <signal.h>

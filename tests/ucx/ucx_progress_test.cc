@@ -1,4 +1,4 @@
-// How the ucx transport tells the engine's waits about its progress (issue 9): over socket
+// How the ucx transport tells the engine's waits about its progress: over socket
 // lanes only (UCX_TLS tcp) every progress round is a system call (Capabilities::
 // progress_is_syscall, so a spinning wait neither pauses between rounds nor delays counting
 // itself), and transferring() is true while a rendezvous' bytes move chunk after chunk (a wait

@@ -43,8 +43,8 @@ bool wait_stopped(pid_t pid) {
 // (a wireup request, its reply and ack, over each interface) ends before rank 1 stops: a
 // wireup request still queued on a tcp endpoint when the worker is destroyed trips an assert
 // in Debian's UCX 1.13 (ucp_request_send_state_ff, "got REQ message"; removed upstream in
-// openucx/ucx#8175). With a single message before the stop, CI hit it once, and one run in
-// ten hit it here with both cores busy.
+// openucx/ucx#8175). With a single message before the stop, about one run in ten hits it on
+// a 2-core machine with both cores busy.
 pid_t stop_rank1(ProcessGroup& pg, RankContext& c) {
   int32_t x = 7;
   std::vector<uint8_t> big(1 << 20, 0x11);

@@ -1,4 +1,4 @@
-// Endpoint::send_tagged_with_message over UCX (issue 9): the protocol's message travels inside
+// Endpoint::send_tagged_with_message over UCX: the protocol's message travels inside
 // UCX's rendezvous RTS (an active message) and the receiver holds the data until recv_tagged
 // or discard_tagged. Two transports in one process, once per lane: the message arrives with
 // the data still at the sender (its send is not done), the data lands byte for byte when taken

@@ -1,5 +1,5 @@
-// The rendezvous path for transports that match large messages themselves (issue 9,
-// Capabilities::tagged_data): over UCX the sender posts its RTS and the data at once, the RTS
+// The rendezvous path for transports that match large messages themselves
+// (Capabilities::tagged_data): over UCX the sender posts its RTS and the data at once, the RTS
 // inside UCX's own rendezvous RTS (an active message; the receiver takes the data with
 // ucp_am_recv_data_nbx when the RTS matches), or, with TPCOMM_UCX_TAGGED=tag, as a message
 // before the data as a tagged message (ucp_tag_recv_nbx). Over UCX's tcp and its shared

@@ -5,7 +5,8 @@
 #include <sstream>
 
 #include "core/config.h"
-#include "topology/json.h"
+#include "core/json.h"
+#include "topology/topology.h"
 #include "tpcomm/version.hpp"
 
 namespace tpcomm::tpinfo {
@@ -162,60 +163,59 @@ std::string text_report(const Inputs& in) {
 }
 
 std::string json_report(const Inputs& in) {
-  namespace json = topo::json;
-  json::Value v;
-  v.set("version", tpcomm::version());
-  v.set("build_options", tpcomm::build_options());
-  json::Value cu;
-  cu.set("built", cuda::built());
-  cu.set("build_reason", cuda::build_reason());
-  cu.set("usable", in.cuda.usable);
-  cu.set("library", in.cuda.library);
-  cu.set("version", in.cuda.version);
-  cu.set("fake", in.cuda.fake);
-  cu.set("reason", in.cuda.reason);
-  json::Array devs;
-  for (const std::string& line : in.cuda.device_lines) devs.emplace_back(line);
-  cu.set("devices", json::Value(std::move(devs)));
-  cu.set("tensors", kCudaTensors);
-  v.set("cuda", std::move(cu));
-  json::Array tr;
+  json::Json v;
+  v["version"] = tpcomm::version();
+  v["build_options"] = tpcomm::build_options();
+  json::Json cu;
+  cu["built"] = cuda::built();
+  cu["build_reason"] = cuda::build_reason();
+  cu["usable"] = in.cuda.usable;
+  cu["library"] = in.cuda.library;
+  cu["version"] = in.cuda.version;
+  cu["fake"] = in.cuda.fake;
+  cu["reason"] = in.cuda.reason;
+  json::Json devs = json::Json::array();
+  for (const std::string& line : in.cuda.device_lines) devs.push_back(line);
+  cu["devices"] = std::move(devs);
+  cu["tensors"] = kCudaTensors;
+  v["cuda"] = std::move(cu);
+  json::Json tr = json::Json::array();
   for (const topo::TransportProbe& p : in.transports) {
-    json::Value o;
-    o.set("name", p.name);
-    o.set("built", p.built);
-    o.set("usable", p.usable);
-    o.set("detail", p.detail);
+    json::Json o;
+    o["name"] = p.name;
+    o["built"] = p.built;
+    o["usable"] = p.usable;
+    o["detail"] = p.detail;
     tr.push_back(std::move(o));
   }
-  v.set("transports", json::Value(std::move(tr)));
-  v.set("topology", json::parse(topo::to_json(in.topology)));
-  json::Array pairs;
+  v["transports"] = std::move(tr);
+  v["topology"] = json::parse(topo::to_json(in.topology));
+  json::Json pairs = json::Json::array();
   for (const topo::Gpu& g : in.topology.gpus) {
     for (const topo::Nic& n : in.topology.nics) {
       topo::Relation r = topo::pci_relation(g.pci, n.pci);
       std::string why;
       bool gdr = topo::gdr_allowed(g, n, r, in.nic_options.gdr_level, &why);
-      json::Value o;
-      o.set("gpu", g.label());
-      o.set("nic", n.name);
-      o.set("relation", topo::relation_name(r));
-      o.set("gdr", gdr);
-      o.set("why", why);
+      json::Json o;
+      o["gpu"] = g.label();
+      o["nic"] = n.name;
+      o["relation"] = topo::relation_name(r);
+      o["gdr"] = gdr;
+      o["why"] = why;
       pairs.push_back(std::move(o));
     }
   }
-  v.set("gpu_nic", json::Value(std::move(pairs)));
-  json::Array picks;
+  v["gpu_nic"] = std::move(pairs);
+  json::Json picks = json::Json::array();
   auto pick_json = [](const std::string& buffer, const topo::NicPick& p) {
-    json::Value o;
-    o.set("buffer", buffer);
-    o.set("nic", p.nic);
-    o.set("port", p.port);
-    o.set("relation", topo::relation_name(p.relation));
-    o.set("gdr", p.gdr);
-    o.set("why", p.why);
-    o.set("gdr_why", p.gdr_why);
+    json::Json o;
+    o["buffer"] = buffer;
+    o["nic"] = p.nic;
+    o["port"] = p.port;
+    o["relation"] = topo::relation_name(p.relation);
+    o["gdr"] = p.gdr;
+    o["why"] = p.why;
+    o["gdr_why"] = p.gdr_why;
     return o;
   };
   for (const topo::Gpu& g : in.topology.gpus)
@@ -223,23 +223,23 @@ std::string json_report(const Inputs& in) {
   for (const topo::NumaNode& n : in.topology.numa_nodes)
     picks.push_back(pick_json("numa" + std::to_string(n.os_index),
                               topo::pick_nic_for_numa(in.topology, n.os_index, 0, in.nic_options)));
-  v.set("nic_choice", json::Value(std::move(picks)));
-  json::Array vars;
+  v["nic_choice"] = std::move(picks);
+  json::Json vars = json::Json::array();
   for (const config::Param* p : config::all()) {
-    json::Value o;
+    json::Json o;
     auto val = config::raw(p->name);
-    o.set("name", std::string(p->name));
-    o.set("value", val ? json::Value(*val) : json::Value());
-    o.set("default", std::string(p->default_value));
-    o.set("type", config::type_name(p->type));
-    o.set("allowed", std::string(p->allowed));
-    o.set("subsystem", std::string(p->subsystem));
-    o.set("external", p->external);
-    o.set("description", std::string(p->description));
+    o["name"] = std::string(p->name);
+    o["value"] = val ? json::Json(*val) : json::Json(nullptr);
+    o["default"] = std::string(p->default_value);
+    o["type"] = config::type_name(p->type);
+    o["allowed"] = std::string(p->allowed);
+    o["subsystem"] = std::string(p->subsystem);
+    o["external"] = p->external;
+    o["description"] = std::string(p->description);
     vars.push_back(std::move(o));
   }
-  v.set("variables", json::Value(std::move(vars)));
-  return json::write(v, 2) + "\n";
+  v["variables"] = std::move(vars);
+  return json::dump(v, 2) + "\n";
 }
 
 }  // namespace tpcomm::tpinfo

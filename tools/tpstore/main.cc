@@ -1,79 +1,57 @@
 // tpstore: a standalone TCPStore server, for jobs whose store should outlive any rank.
 //   tpstore --host H --port P [--job-id ID] [--world-size N]
+// Workers use it through tprun --store H:P.
 // Prints "tpstore listening on H:PORT" once it accepts clients (port 0 picks a free one) and
 // runs until SIGINT or SIGTERM.
 #include <signal.h>
 #include <sys/resource.h>
 
-#include <cerrno>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
+#include <iostream>
 #include <string>
 
+#include "core/cli.h"
 #include "net/socket.h"
 #include "store/tcp_store_server.h"
 #include "tpcomm/error.hpp"
 
 namespace {
 
-void usage(FILE* out) {
-  std::fprintf(out,
-               "usage: tpstore [--host HOST] [--port PORT] [--job-id ID] [--world-size N]\n"
-               "  --host HOST       address to listen on (default: every address)\n"
-               "  --port PORT       port (default 29500; 0 picks a free one)\n"
-               "  --job-id ID       job identifier clients must present (default: "
-               "TPCOMM_JOB_ID, else 'default')\n"
-               "  --world-size N    report on stdout when N clients have connected\n"
-               "Runs until SIGINT or SIGTERM. Limits: TPCOMM_STORE_* variables.\n");
-}
+constexpr const char* kTool = "tpstore";
 
-bool parse_int(const char* s, long lo, long hi, long* out) {
-  char* end = nullptr;
-  errno = 0;
-  long v = std::strtol(s, &end, 10);
-  if (errno != 0 || end == s || *end != '\0' || v < lo || v > hi) return false;
-  *out = v;
-  return true;
-}
-
-}  // namespace
-
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   std::string host;
-  long port = 29500, world_size = -1;
+  int port = 29500, world_size = -1;
   std::string job_id;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&](const char* name) -> const char* {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "tpstore: %s needs a value\n", name);
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (a == "--help" || a == "-h") {
-      usage(stdout);
+  CLI::App app;
+  tpcomm::cli::setup(app, kTool);
+  app.description(
+      "usage: tpstore [--host HOST] [--port PORT] [--job-id ID] [--world-size N]\n\n"
+      "A standalone TCPStore server. Prints 'tpstore listening on HOST:PORT' once it accepts\n"
+      "clients and runs until SIGINT or SIGTERM. Workers use it through tprun --store\n"
+      "HOST:PORT on every node. Limits: TPCOMM_STORE_* variables.");
+  app.add_option("--host", host, "address to listen on (default: every address)")
+      ->type_name("HOST");
+  app.add_option("--port", port, "port (default 29500; 0 picks a free one)")
+      ->type_name("PORT")
+      ->check(CLI::Range(0, 65535));
+  app.add_option("--job-id", job_id,
+                 "job identifier clients must present (default: TPCOMM_JOB_ID, else 'default')")
+      ->type_name("ID");
+  app.add_option("--world-size", world_size, "report on stdout when N clients have connected")
+      ->type_name("N")
+      ->check(CLI::Range(1, 1 << 24));
+  std::vector<std::string> args(argv + 1, argv + argc);
+  tpcomm::cli::argparse_spellings(app, args, kTool);
+  switch (tpcomm::cli::parse(app, args, kTool)) {
+    case tpcomm::cli::Parsed::Help:
+      std::fputs(app.help().c_str(), stdout);
       return 0;
-    } else if (a == "--host") {
-      host = value("--host");
-    } else if (a == "--port") {
-      if (!parse_int(value("--port"), 0, 65535, &port)) {
-        std::fprintf(stderr, "tpstore: --port needs a number in 0..65535, got '%s'\n", argv[i]);
-        return 2;
-      }
-    } else if (a == "--job-id") {
-      job_id = value("--job-id");
-    } else if (a == "--world-size") {
-      if (!parse_int(value("--world-size"), 1, 1 << 24, &world_size)) {
-        std::fprintf(stderr, "tpstore: --world-size needs a positive number, got '%s'\n", argv[i]);
-        return 2;
-      }
-    } else {
-      std::fprintf(stderr, "tpstore: unknown argument '%s'\n", a.c_str());
-      usage(stderr);
-      return 2;
-    }
+    case tpcomm::cli::Parsed::Version:
+      std::printf("%s\n", tpcomm::cli::version_line(kTool).c_str());
+      return 0;
+    case tpcomm::cli::Parsed::Run:
+      break;
   }
 
   // A store serves one connection per rank: allow as many descriptors as the system lets us.
@@ -91,7 +69,7 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  try {
+  {
     tpcomm::TCPStoreServer server(
         tpcomm::TCPStoreServerConfig::from_registry(host, static_cast<uint16_t>(port), job_id));
     std::printf("tpstore listening on %s\n",
@@ -107,15 +85,18 @@ int main(int argc, char** argv) {
         break;
       }
       if (!reported && server.workers_joined() >= world_size) {
-        std::printf("tpstore: all %ld clients connected\n", world_size);
+        std::printf("tpstore: all %d clients connected\n", world_size);
         std::fflush(stdout);
         reported = true;
       }
     }
     server.stop();
-  } catch (const tpcomm::Error& e) {
-    std::fprintf(stderr, "tpstore: %s\n", e.what());
-    return 1;
   }
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return tpcomm::cli::guarded(kTool, std::cerr, [&] { return run(argc, argv); });
 }

@@ -1,4 +1,4 @@
-// The ibverbs transport (issue 8, docs/ibverbs.md): one rail per NIC at equal distance (each its
+// The ibverbs transport (docs/ibverbs.md): one rail per NIC at equal distance (each its
 // own context, PD, CQ and completion channel; rails.h), RC queue pairs per peer and rail. Messages
 // land in per-QP receive rings (recv_slots with credits, Capabilities::recv_slots); put is RDMA
 // WRITE WITH IMM. Connection data (QPNs, PSNs, LID, GID, MTU) goes through the transport's private

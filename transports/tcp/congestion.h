@@ -1,10 +1,10 @@
 // The TCP congestion control of the tcp transport's sockets (TPCOMM_SOCKET_CONGESTION). A
 // connection between two processes of one host runs over the loopback device: no loss, a round
 // trip of microseconds, so a congestion control only costs. BBR, the default of many current
-// kernels (this VM's too), paces every socket (an hrtimer per burst): iperf3 over loopback moves
-// 4.6-4.8 GB/s with it against 6.3-6.6 with reno or cubic on the same machine (bench/RESULTS.md,
-// session 12). "auto" gives same-host connections reno (always allowed to unprivileged
-// processes) and leaves the system's choice to the others.
+// kernels, paces every socket (an hrtimer per burst): iperf3 over loopback moves 4.6-4.8 GB/s
+// with it against 6.3-6.6 with reno or cubic on the same machine. "auto" gives same-host
+// connections reno (always allowed to unprivileged processes) and leaves the system's choice
+// to the others.
 #pragma once
 
 #include <string>

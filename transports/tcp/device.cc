@@ -236,8 +236,8 @@ int TcpTransport::accept_new() {
 int put_sockets_for(int nsocks, const net::SockAddr& local, const net::SockAddr& peer) {
   if (nsocks > 0) return nsocks;
   // Within a host both ends of every socket run on the same cores: a second put socket adds
-  // system calls and wake-ups, not bandwidth (2-rank 256 MiB tcp all_reduce, bench/RESULTS.md
-  // session 13: median 2.72 against 2.47 GB/s in 8 rounds of TPCOMM_SOCKET_NSOCKS=1 vs 2).
+  // system calls and wake-ups, not bandwidth (2-rank 256 MiB tcp all_reduce: median 2.72
+  // against 2.47 GB/s in 8 rounds of TPCOMM_SOCKET_NSOCKS=1 vs 2).
   // Across hosts two flows ride out a single flow's loss recovery. "Within a host" is what
   // same_host() can tell: a loopback address or this rank's own (containers of one node with
   // addresses of their own get two).

@@ -148,7 +148,7 @@ class TcpEndpoint : public transport::Endpoint {
   // messages onto the lower one's first socket (kAckShared), so that each message's
   // acknowledgement rides on the next one coming back instead of being a packet of its own:
   // 5.4 us for an 8-byte exchange on one loopback socket against 7.0 on a socket per
-  // direction (bench/tcp_floor.cpp modes 1 and 2). A Switch frame on its own first socket
+  // direction, between two raw processes. A Switch frame on its own first socket
   // marks the move; the lower rank reads nothing on its own sockets until it has read that.
   Socket* msg_tx_ = nullptr;   ///< where messages go when not tx[0] (the peer's socket)
   Socket* share_on_ = nullptr; ///< the peer's first socket, answered kAckShared: moving there

@@ -1,6 +1,6 @@
 // The UCP entry points the ucx transport uses, resolved from libucp at run time (dlopen), so
 // that a build with UCX still runs on a machine without it: the transport then reports itself
-// unavailable with the reason and the engine falls back (issue 9).
+// unavailable with the reason and the engine falls back.
 #pragma once
 
 #include <ucp/api/ucp.h>

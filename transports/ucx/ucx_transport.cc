@@ -175,8 +175,8 @@ UcxTransport::UcxTransport(const transport::TransportContext& ctx, const Options
   // (no CTS round trip) and the receiver takes it with ucp_tag_recv_nbx. Not when put is
   // forced to ucp_put_nbx (TPCOMM_UCX_PUT=rma): then the protocol's puts are what is asked for.
   caps_.tagged_data = opt_.tagged && opt_.put != PutMode::Rma;
-  // Measured (bench/RESULTS.md): over UCX's tcp the CTS path moves 2-16 MiB 10-20% faster in
-  // the same run (not understood yet); at 1 MiB the tagged path is faster.
+  // Measured: over UCX's tcp the CTS path moves 2-16 MiB 10-20% faster in the same run (the
+  // cause is not known); at 1 MiB the tagged path is faster.
   caps_.tagged_data_max = opt_.tagged_max;
   // The RTS inside UCX's rendezvous RTS: one message per transfer instead of two (to each peer
   // that takes it; to others the endpoint sends the two).
@@ -220,8 +220,8 @@ void UcxTransport::drain_completed() {
 void UcxTransport::close_endpoints() {
   // Close endpoints: flush what was sent, force where the peer is gone. An eager send reported
   // complete may still sit in UCX: the flush is what delivers it, so it is waited for while
-  // the peer lives (a starved machine took more than the 3 s this wait used to have, and the
-  // purge then lost messages the peer was waiting for), up to TPCOMM_UCX_CLOSE_TIMEOUT, and
+  // the peer lives (on a starved machine it can take more than 3 s, and a purge would lose
+  // messages the peer is waiting for), up to TPCOMM_UCX_CLOSE_TIMEOUT, and
   // given up at once for a peer that exits or fails meanwhile.
   //
   // Work on the user's memory goes first: the engine has already failed the operations it
@@ -319,8 +319,8 @@ UcxTransport::~UcxTransport() {
   drain_completed();
   // The requests still live are freed only after the worker: ucp_worker_destroy purges the
   // sends still pending on endpoints that did not close (a peer gone, the close wait spent)
-  // and calls their callbacks, which write into the Req (a segfault in send_cb when the Reqs
-  // were deleted first: P2P/Semantics.TenThousandOutstandingSmallIsends/ucx under load).
+  // and calls their callbacks, which write into the Req (deleting the Reqs first would let
+  // send_cb write into freed memory: P2P/Semantics.TenThousandOutstandingSmallIsends/ucx).
   u_.ucp_worker_destroy(worker_);
   worker_ = nullptr;
   for (Req* r : live_) delete r;  // no callbacks after the worker is gone
@@ -754,7 +754,7 @@ int UcxTransport::progress(transport::EventSink& sink) {
     if (n == 0 || !completed_.empty() || !errors_.empty()) break;
   }
   // No clock on the busy path (a round of a tcp stream is a few microseconds, and clock reads
-  // were a visible share of it): moving() notices moved_rounds_ change, and the pid watch is
+  // would be a visible share of it): moving() notices moved_rounds_ change, and the pid watch is
   // looked at on every idle call but only every 16th one that moved something.
   if (moved != 0) {
     if (transfers_ > 0) ++moved_rounds_;
@@ -806,7 +806,7 @@ bool UcxTransport::arm() {
   if (!completed_.empty() || !errors_.empty()) return false;
   // A rendezvous transfer that UCX is moving right now (tcp: chunk after chunk through
   // ucp_worker_progress) is polled, not slept on: a wake-up per chunk through the event fd
-  // cost ~20% of large-message bandwidth over tcp (bench/RESULTS.md). Once UCX has moved
+  // costs ~20% of large-message bandwidth over tcp. Once UCX has moved
   // nothing for kBusyPoll (the peer copies, or is descheduled), sleep as usual.
   if (moving(arm_watch_)) return false;
   if (efd_ < 0) return true;

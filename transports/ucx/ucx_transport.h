@@ -1,4 +1,4 @@
-// The ucx transport (issue 9): one UCP context and worker per instance; endpoints from worker
+// The ucx transport: one UCP context and worker per instance; endpoints from worker
 // addresses published through the store; two-sided messages as tagged sends into pre-posted
 // receives; registration with ucp_mem_map and packed rkeys; put either as ucp_put_nbx + flush
 // + a tagged notification over RDMA lanes, or, where UCX would emulate RMA (its tcp lanes, and

@@ -131,9 +131,9 @@ class Transport {
   /// tcp: a transfer runs and UCX moved something since this method's last call, or within
   /// half a millisecond of the call that last saw it move). A wait past its spin then keeps
   /// polling without yielding (for 100 ms at most) instead of yielding and blocking: handing a
-  /// stream to the progress thread and back on every completion cost ~7% of 1 MiB bandwidth
-  /// at a window of 32, and a yield under another process's load lost the core for its slice
-  /// (bench/RESULTS.md, sessions 17 and 18). Called under the caller's serialization.
+  /// stream to the progress thread and back on every completion costs ~7% of 1 MiB bandwidth
+  /// at a window of 32, and a yield under another process's load loses the core for its
+  /// slice. Called under the caller's serialization.
   virtual bool transferring() { return false; }
 
   /// True when a post left work that only a later progress() (or arm()) finishes, such as a

@@ -40,8 +40,8 @@ bool use_avx512() { return kernels::active_isa() >= kernels::ReduceIsa::Avx512; 
 // time stalled the loop (+5% measured). Measured and dropped: four 4 KiB pages at a time,
 // prefetching the peer's staging, demoting the staging lines with CLDEMOTE (-35%). Streaming
 // stores into the staging (kNt) cost 25% where the cores share a cache (the peer then reads
-// it from memory: the Xeon VM of sessions 5-9) and win 2-3x where they do not (the far
-// placement of the session-11 VM), so StagePolicy chooses per chunk.
+// it from memory: measured on a Xeon VM) and win 2-3x where they do not (the far placement
+// of a Zen 4 VM's two vCPUs), so StagePolicy chooses per chunk.
 template <bool kOwn, bool kNt>
 __attribute__((target("avx512f,prfchw"))) void fused_avx512(const uint8_t* in, uint8_t* stage,
                                                             uint8_t* own, const uint8_t* peer,

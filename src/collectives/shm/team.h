@@ -166,7 +166,7 @@ class Team {
   bool cross_reads(size_t bytes) const { return !pids_.empty() && bytes >= cross_min_; }
   /// True when a block of `bytes` is read whole with one cross-memory copy: always with
   /// TPCOMM_SHM_COLL_CMA=on, and in auto mode up to kAutoDirectMax, where it measured faster
-  /// than the staging copies on the development VM (idle, ranks bound, 2026-11-30: broadcast
+  /// than the staging copies on a 2-vCPU VM (idle, ranks bound: broadcast
   /// 128 KiB 6.8 against 14.4 us, 2 MiB 194 against 271 us, all_gather 128 KiB 8.3 against
   /// 9.7-14.6 us, 8 MiB 895 against 1259 us; above a few MiB page pinning loses: broadcast in
   /// place 8 MiB 866 against 738 us, all_gather 64 MiB 13.0 against 11.6 ms).

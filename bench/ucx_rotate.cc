@@ -4,10 +4,10 @@
 // buffer, which stays in the caches); R = W is what an application must do when it keeps W
 // receives posted at once, and what tpcomm's p2p_bench --stream W does (two receives posted on
 // one buffer are an error there). Comparing tpcomm with R = W gives UCX itself the same memory
-// footprint (issue 9, bench/RESULTS.md).
+// footprint; bench/ucx_compare.sh runs it as its "raw UCX" column. Built as bin/ucx_rotate
+// where UCX was found.
 //
-//   g++ -O2 -std=c++20 bench/ucx_rotate.cpp -o /tmp/ucx_rotate -lucp -lucs
-//   UCX_TLS=tcp /tmp/ucx_rotate --size 1M --window 32 --buffers 32 [--count 1000] [--reps 5]
+//   UCX_TLS=tcp bin/ucx_rotate --size 1M --window 32 --buffers 32 [--count 1000] [--reps 5]
 //       [--pin]                                  # rank r on CPU r
 //       [--alias]   # the R buffers are R views of one memory file (p2p_bench --alias-recv's
 //                   # pattern: distinct addresses, one buffer's physical pages)
@@ -30,7 +30,7 @@
 #include <string>
 #include <vector>
 
-#include "ucx_bench_util.h"
+#include "bench/ucx_bench_util.h"
 
 namespace {
 
@@ -140,14 +140,23 @@ int main(int argc, char** argv) {
       if (i + 1 >= argc) die("missing value");
       return argv[++i];
     };
-    if (a == "--size") size = parse_size(next());
-    else if (a == "--window") window = std::max(1, std::atoi(next()));
-    else if (a == "--buffers") nbufs = std::max(1, std::atoi(next()));
-    else if (a == "--count") count = std::max(1, std::atoi(next()));
-    else if (a == "--reps") reps = std::max(1, std::atoi(next()));
-    else if (a == "--pin") pin = true;
-    else if (a == "--alias") alias = true;
-    else die("usage: ucx_rotate [--size N] [--window W] [--buffers R] [--count C] [--reps K] [--pin] [--alias]");
+    if (a == "--size")
+      size = parse_size(next());
+    else if (a == "--window")
+      window = std::max(1, std::atoi(next()));
+    else if (a == "--buffers")
+      nbufs = std::max(1, std::atoi(next()));
+    else if (a == "--count")
+      count = std::max(1, std::atoi(next()));
+    else if (a == "--reps")
+      reps = std::max(1, std::atoi(next()));
+    else if (a == "--pin")
+      pin = true;
+    else if (a == "--alias")
+      alias = true;
+    else
+      die("usage: ucx_rotate [--size N] [--window W] [--buffers R] [--count C] [--reps K] [--pin] "
+          "[--alias]");
   }
   if (count == 0) count = static_cast<int>(std::max<size_t>(2 * window, (1ull << 30) / size));
   int sv[2];

@@ -1,0 +1,104 @@
+// Tools fail cleanly: a tpcomm error is one line "TOOL: error: ..." and exit status 1, a bad
+// command line one line with the hint and status 2; never "terminate called" or SIGABRT, and
+// tprun reports a failing worker's exit code. Configuration mistakes are reported at the
+// default log level.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <string>
+
+namespace {
+
+struct Result {
+  int status = -1;  // exit code, or 128 + signal
+  std::string out;  // stdout and stderr together
+};
+
+Result sh(const std::string& cmd) {
+  Result r;
+  std::string full = "timeout -k 5 120 bash -c '" + cmd + "' 2>&1";
+  FILE* f = popen(full.c_str(), "r");
+  if (!f) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), f)) > 0) r.out.append(buf, n);
+  int st = pclose(f);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return r;
+}
+
+std::string bin() { return TPCOMM_TEST_BIN_DIR; }
+
+bool has(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+int lines(const std::string& s) {
+  int n = 0;
+  for (char c : s) n += c == '\n';
+  return n;
+}
+
+void expect_clean_failure(const Result& r, int status, const std::string& line) {
+  EXPECT_EQ(r.status, status) << r.out;
+  EXPECT_TRUE(has(r.out, line)) << r.out;
+  EXPECT_FALSE(has(r.out, "terminate called")) << r.out;
+  EXPECT_FALSE(has(r.out, "SIGABRT")) << r.out;
+}
+
+TEST(ToolErrors, EachToolFailsWithOneLine) {
+  Result r = sh(bin() + "/tpbench -t 2 -b 8 -e 8 --out /nonexistent-dir/r.txt");
+  expect_clean_failure(r, 1, "tpbench: error: --out: cannot write '/nonexistent-dir/r.txt'\n");
+  r = sh("TPCOMM_TIMEOUT=5sec " + bin() + "/tpinfo");
+  expect_clean_failure(r, 1, "tpinfo: error: TPCOMM_TIMEOUT='5sec' is malformed");
+  EXPECT_EQ(lines(r.out), 1) << r.out;
+  // A port taken by another tpstore.
+  r = sh("B=" + bin() +
+         "; F=$(mktemp); $B/tpstore --host 127.0.0.1 --port 0 >$F 2>&1 & s=$!; "
+         "for i in $(seq 600); do grep -q listening $F && break; sleep 0.1; done; "
+         "P=$(sed -n \"s/.*listening on 127.0.0.1:\\([0-9]*\\).*/\\1/p\" $F); "
+         "$B/tpstore --host 127.0.0.1 --port $P; rc=$?; kill -INT $s; wait $s; rm -f $F; "
+         "exit $rc");
+  expect_clean_failure(r, 1, "tpstore: error: ");
+  r = sh(bin() + "/tprun --standalone no_such_program_xyz");
+  expect_clean_failure(r, 2, "tprun: cannot run 'no_such_program_xyz': not found in PATH");
+}
+
+// A worker's tpcomm error: each worker prints its line and exits 1; tprun names the exit code.
+TEST(ToolErrors, TprunReportsTheWorkersExitCode) {
+  Result r = sh("TPCOMM_TIMEOUT=5sec " + bin() + "/tprun --nproc-per-node 2 --master-port 0 " +
+                bin() + "/all_reduce_perf -b 8 -e 8");
+  expect_clean_failure(r, 1, "all_reduce_perf: error: TPCOMM_TIMEOUT='5sec' is malformed");
+  EXPECT_TRUE(has(r.out, "failed: exit code 1")) << r.out;
+  r = sh("TPCOMM_TOPO_FILE=/nonexistent/topo.xml " + bin() +
+         "/tprun --nproc-per-node 2 --master-port 0 " + bin() + "/all_reduce_perf -b 8 -e 8");
+  expect_clean_failure(r, 1,
+                       "all_reduce_perf: error: TPCOMM_TOPO_FILE='/nonexistent/topo.xml' cannot "
+                       "be read: No such file or directory");
+  r = sh("TPCOMM_DEBUG=trace " + bin() + "/tprun --nproc-per-node 1 --master-port 0 " + bin() +
+         "/all_reduce_perf -b 8 -e 8");
+#ifndef TPCOMM_ENABLE_TRACE
+  expect_clean_failure(r, 1, "TPCOMM_DEBUG='trace': trace lines are not compiled into this build");
+#endif
+}
+
+// A misspelled variable and an NCCL_* one set by habit: said at the default log level, and the
+// job runs.
+TEST(ToolErrors, MisconfigurationIsReportedAtTheDefaultLevel) {
+  Result r =
+      sh("env -u TPCOMM_DEBUG TPCOMM_ALGOS=allreduce:ring NCCL_SOCKET_IFNAME=eth0 " + bin() +
+         "/tprun --nproc-per-node 2 --master-port 0 " + bin() + "/all_reduce_perf -b 8 -e 8");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_TRUE(has(r.out,
+                  "tpcomm: warning: unknown variable TPCOMM_ALGOS is ignored; did you mean "
+                  "TPCOMM_ALGO?"))
+      << r.out;
+  EXPECT_TRUE(has(r.out,
+                  "tpcomm: warning: NCCL_SOCKET_IFNAME is set, but tpcomm does not read NCCL_* "
+                  "variables: its counterpart is TPCOMM_SOCKET_IFNAME (unset)"))
+      << r.out;
+  EXPECT_TRUE(has(r.out, "Out of bounds values : 0 OK")) << r.out;
+}
+
+}  // namespace
