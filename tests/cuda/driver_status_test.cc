@@ -4,9 +4,12 @@
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "collectives/validate.h"
+#include "core/json.h"
 #include "core/reduce.h"
 #include "cuda/cuda_test_util.h"
 #include "tpcomm/error.hpp"
@@ -82,6 +85,52 @@ TEST(CudaDriverStatus, TpinfoSaysWhy) {
   EXPECT_HAS(out, "device(s)");
   EXPECT_HAS(out, "  cuda0: ");
   EXPECT_HAS(out, "  tensors  checked");
+}
+
+// tpinfo --json's "cuda" object: the same facts as the text section, for the fake driver and
+// for a library that does not load.
+TEST(CudaDriverStatus, TpinfoJsonSection) {
+  auto run = [](const std::string& lib) {
+    std::string cmd =
+        "TPCOMM_CUDA_LIB='" + lib + "' timeout -k 5 60 " TPCOMM_TEST_BIN_DIR "/tpinfo --json";
+    std::string out;
+    if (FILE* p = popen(cmd.c_str(), "r")) {
+      char buf[4096];
+      size_t n;
+      while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+      EXPECT_EQ(pclose(p), 0) << out;
+    }
+    return json::parse(out, "tpinfo --json");
+  };
+  testing::select_cuda_driver();
+  const std::string fake = config::get_string("TPCOMM_CUDA_LIB");
+  json::Json v = run(fake);
+  ASSERT_NE(json::find(v, "cuda"), nullptr) << json::dump(v);
+  const json::Json& cu = v["cuda"];
+  std::vector<std::string> keys;
+  for (auto it = cu.begin(); it != cu.end(); ++it) keys.push_back(it.key());
+  EXPECT_EQ(keys, (std::vector<std::string>{"built", "build_reason", "usable", "library", "version",
+                                            "fake", "reason", "devices", "tensors"}));
+  EXPECT_TRUE(json::as_bool(cu["built"], "built"));
+  EXPECT_EQ(json::as_string(cu["build_reason"], "build_reason"), "");
+  EXPECT_TRUE(json::as_bool(cu["usable"], "usable"));
+  EXPECT_EQ(json::as_string(cu["library"], "library"), fake);
+  EXPECT_GT(json::as_int(cu["version"], "version"), 0);
+  EXPECT_TRUE(json::as_bool(cu["fake"], "fake"));
+  EXPECT_EQ(json::as_string(cu["reason"], "reason"), "");
+  const json::Json& devs = json::as_array(cu["devices"], "devices");
+  ASSERT_FALSE(devs.empty());
+  EXPECT_EQ(json::as_string(devs[0], "devices[0]").rfind("cuda0: ", 0), 0u) << json::dump(devs);
+  EXPECT_EQ(json::as_string(cu["tensors"], "tensors").rfind("checked", 0), 0u);
+
+  v = run("/nonexistent/libcuda.so.1");
+  const json::Json& no = v["cuda"];
+  EXPECT_FALSE(json::as_bool(no["usable"], "usable"));
+  EXPECT_FALSE(json::as_bool(no["fake"], "fake"));
+  EXPECT_EQ(json::as_int(no["version"], "version"), 0);
+  EXPECT_HAS(json::as_string(no["reason"], "reason"),
+             "no driver (cuda: cannot load the CUDA driver");
+  EXPECT_TRUE(json::as_array(no["devices"], "devices").empty());
 }
 
 TEST(CudaDriverStatus, LazyAndOnce) {
