@@ -193,9 +193,9 @@ Measure measure(BenchComm& bc, BenchCall& call, const BenchOptions& o, const Mir
   return m;
 }
 
-// "Pid 123 on host device cpu (CPUs 0-3, on CPU 2)": what nccl-tests' header lists per rank,
-// for host memory.
-std::string this_rank_line() {
+// "Pid 123 on host device cpu (CPUs 0-3, on CPU 2)": what nccl-tests' header lists per rank;
+// `device` is where its buffers live (cpu, or cuda:N with --device cuda).
+std::string this_rank_line(const std::string& device) {
   char host[256] = {};
   gethostname(host, sizeof host - 1);
   std::string cpus;
@@ -211,8 +211,8 @@ std::string this_rank_line() {
       c = e;
     }
   }
-  return "Pid " + std::to_string(getpid()) + " on " + host + " device cpu (CPUs " + cpus +
-         ", on CPU " + std::to_string(sched_getcpu()) + ")";
+  return "Pid " + std::to_string(getpid()) + " on " + host + " device " + device + " (CPUs " +
+         cpus + ", on CPU " + std::to_string(sched_getcpu()) + ")";
 }
 
 }  // namespace
@@ -246,11 +246,11 @@ double busbw_gbps(const OpDesc& op, size_t bytes, double time_us, int n) {
 }
 
 // Every rank's this_rank_line(), gathered (the header's list of ranks).
-std::vector<std::string> describe_ranks(BenchComm& bc) {
+std::vector<std::string> describe_ranks(BenchComm& bc, const std::string& device) {
   constexpr size_t kSlot = 160;
   const OpDesc* gather = find_bench_op("allgather");
   const int n = bc.size(), r = bc.rank();
-  std::string mine = this_rank_line();
+  std::string mine = this_rank_line(device);
   mine.resize(kSlot, '\0');
   BenchCall call;
   call.op = gather;
@@ -366,7 +366,7 @@ SweepResult run_sweep(BenchComm& bc, const BenchOptions& o, SweepProgress* progr
     gpu =
         cuda::device_for_local_rank(launched ? static_cast<int>(config::get_int("LOCAL_RANK")) : r);
   }
-  res.ranks = describe_ranks(bc);
+  res.ranks = describe_ranks(bc, o.cuda ? "cuda:" + std::to_string(gpu) : "cpu");
   // The algorithm applies to the operations that have it; it must fit at least one.
   bool algo_fits = o.algorithm.empty();
   for (const std::string& name : o.ops) {

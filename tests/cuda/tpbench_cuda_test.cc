@@ -63,6 +63,9 @@ TEST(TpbenchCuda, AllreduceUnderTprun) {
       run_tpbench(2, "--device cuda --collective allreduce -b 8 -e 1M -f 4 -n 3 -w 1", &st);
   EXPECT_EQ(st, 0) << out;
   EXPECT_TRUE(has(out, "2 ranks, transport shm")) << out;
+  // The header's rank lines name each rank's GPU (LOCAL_RANK % 2 on the fake driver's two).
+  EXPECT_TRUE(has(out, " device cuda:0 (CPUs ")) << out;
+  EXPECT_TRUE(has(out, " device cuda:1 (CPUs ")) << out;
   EXPECT_TRUE(has(out, "staged")) << out;
   EXPECT_TRUE(has(out, "Out of bounds values : 0 OK")) << out;
   int rows = 0, wrong = 0;
