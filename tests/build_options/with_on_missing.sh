@@ -6,7 +6,10 @@ set -uo pipefail
 src=$1 bin=$2
 dir=$(mktemp -d "$bin/with_on_missing.XXXXXX")
 trap 'rm -rf "$dir"' EXIT
+# OpenSSL (required, not the dependency under test) is named by its cache variable, which
+# the hidden header search would otherwise miss.
 hide=(-DCMAKE_FIND_ROOT_PATH=/nonexistent -DCMAKE_FIND_ROOT_PATH_MODE_INCLUDE=ONLY
+      -DOPENSSL_INCLUDE_DIR=/usr/include
       -DTPCOMM_BUILD_TESTS=OFF -DTPCOMM_BUILD_BENCH=OFF -DTPCOMM_BUILD_TOOLS=OFF)
 out=$(cmake -S "$src" -B "$dir/on" -G Ninja -DTPCOMM_WITH_IBVERBS=ON -DTPCOMM_WITH_UCX=OFF \
       "${hide[@]}" 2>&1)
