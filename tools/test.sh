@@ -28,7 +28,7 @@ if [[ "${1:-}" != "--no-sanitizers" ]]; then
   # under ASan + UBSan; clang also builds the libFuzzer binaries. The other multi-rank jobs
   # (p2p, pg_coll, ucx, reliability) run in the first pass only.
   san_areas=(core store rendezvous reduce net collectives shm shm_coll)
-  targets=(tpstore)  # the store tests start it
+  targets=(tpstore tpbench)  # the store tests start tpstore; tpbench_test runs bin/tpbench
   for a in "${san_areas[@]}"; do
     for f in tests/$a/*_test.cc; do targets+=("$(basename "$f" .cc)"); done
   done

@@ -505,6 +505,8 @@ std::string tpbench_stderr(bool on_tty, const std::vector<std::string>& args) {
 }
 
 TEST(TpbenchProgress, OnlyOnATerminal) {
+  const std::string bin = std::string(TPCOMM_TEST_BIN_DIR) + "/tpbench";
+  ASSERT_EQ(access(bin.c_str(), X_OK), 0) << bin << " must be built beside the tests";
   std::vector<std::string> args = {"--threads", "2", "-b", "8", "-e", "64",
                                    "-f",        "8", "-n", "2", "-w", "0"};
   EXPECT_EQ(tpbench_stderr(false, args), "") << "piped: nothing beyond the results";
