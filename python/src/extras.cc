@@ -23,6 +23,7 @@ void bind_extras(nb::module_& m) {
     return tpinfo::json_report(in);
   });
   m.def("config_warnings", [] { return config::validate(); });
+  m.def("config_bool", [](const std::string& name) { return config::get_bool(name); });
   m.def("links", [] {
     // (peer, transport, reason) for every other rank of the world group (connects).
     nb::list out;
