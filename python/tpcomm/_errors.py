@@ -55,3 +55,5 @@ StoreTimeoutError = TimeoutError
 ALL = {c.__name__: c for c in (Error, TimeoutError, StoreError, InvalidArgument, ConfigError,
                                PeerError, TransportError, NotSupportedError, AbortedError,
                                MismatchError)}
+for _c in ALL.values():
+    _c.__module__ = "tpcomm"
