@@ -77,8 +77,16 @@ void bind_mesh(nb::module_& m) {
              if (d.get_coordinate().empty()) return nb::none();
              return nb::cast(d.get_coordinate());
            })
-      .def("_slice", [](const DeviceMesh& d, const std::vector<std::string>& names) {
-        return d.slice(names);
+      .def("__getitem__",
+           [](const DeviceMesh& d, nb::handle names) {
+             if (nb::isinstance<nb::str>(names)) return d[nb::cast<std::string>(names)];
+             return d.slice(nb::cast<std::vector<std::string>>(names));
+           })
+      .def("__repr__", [](const DeviceMesh& d) {
+        std::string s = "DeviceMesh('" + d.device_type() + "', shape (";
+        for (size_t i = 0; i < d.shape().size(); ++i)
+          s += (i ? ", " : "") + std::to_string(d.shape()[i]);
+        return s + "))";
       });
   m.def(
       "init_device_mesh",

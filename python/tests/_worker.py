@@ -8,8 +8,10 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 path, name, args, init = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), sys.argv[4] == "1"
-spec = importlib.util.spec_from_file_location("_tpcomm_test_module", path)
+modname = os.path.splitext(os.path.basename(path))[0]
+spec = importlib.util.spec_from_file_location(modname, path)
 mod = importlib.util.module_from_spec(spec)
+sys.modules[modname] = mod  # pickle finds the module's classes by name
 spec.loader.exec_module(mod)
 
 import tpcomm  # noqa: E402
