@@ -117,6 +117,24 @@ class TpcommBackend(_Backend):
             _C.all_gather(self._pg, _views(outs, "output_tensors"), _view(inp, "input"), False)
         return _done(output_tensors)
 
+    def allgather_coalesced(self, output_lists, input_list, opts=None):
+        # output_lists[r][j]: rank r's input j.
+        works = [_C.all_gather(self._pg, _views([outs[j] for outs in output_lists],
+                                                 "output_lists"), _view(inp, "input"), True)
+                 for j, inp in enumerate(input_list)]
+        for w in works:
+            w.wait()
+        return _done(output_lists)
+
+    def all_gather_single_coalesced(self, outputs, inputs, opts=None):
+        works = [_C.all_gather_into_tensor(self._pg, _view(o, "output"), _view(i, "input"), True)
+                 for o, i in zip(outputs, inputs)]
+        for w in works:
+            w.wait()
+        return _done(outputs)
+
+    allgather_into_tensor_coalesced = all_gather_single_coalesced
+
     def _allgather_base(self, output, input, opts=None):
         _C.all_gather_into_tensor(self._pg, _view(output, "output"), _view(input, "input"),
                                   False)
@@ -150,6 +168,16 @@ class TpcommBackend(_Backend):
         return _done([output])
 
     reduce_scatter_single = _reduce_scatter_base
+
+    def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
+        op, f = _op(opts or dist.ReduceScatterOptions())
+        works = [_C.reduce_scatter_tensor(self._pg, _view(o, "output"), _view(i, "input"), op, f,
+                                          True) for o, i in zip(outputs, inputs)]
+        for w in works:
+            w.wait()
+        return _done(outputs)
+
+    reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
 
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
         row_out = output.numel() // output.shape[0] if output.dim() and output.shape[0] else 0
