@@ -20,6 +20,10 @@ pip=(.venv/bin/pip install -q --disable-pip-version-check)
 "${pip[@]}" nanobind==3.1.0 scikit-build-core==1.1.2 pytest==9.2.0 pytest-timeout==2.4.0 \
   expecttest==0.3.0 hypothesis==6.170.27
 if [[ "${1:-}" != "--no-pkg" ]]; then
+  # ccache, when installed, keeps rebuilds of the package cheap.
+  if command -v ccache >/dev/null && [[ -z "${CMAKE_CXX_COMPILER_LAUNCHER:-}" ]]; then
+    export CMAKE_CXX_COMPILER_LAUNCHER=ccache CMAKE_C_COMPILER_LAUNCHER=ccache
+  fi
   # No build isolation: the pinned nanobind and scikit-build-core above build it, offline.
   "${pip[@]}" --no-build-isolation .
 fi
