@@ -42,6 +42,12 @@ def w_groups(rank, world):
     dist.destroy_process_group(mine)
     whole = dist.new_group()
     dist.barrier(group=whole)
+    # info(): the transport of every link and why, beside tpinfo's report.
+    d = dist.info()
+    assert d["process_group"] == {"rank": rank, "world_size": world, "backend": "auto",
+                                  "group_name": d["process_group"]["group_name"]}
+    assert sorted(link["peer"] for link in d["links"]) == [p for p in range(world) if p != rank]
+    assert all(link["transport"] == "shm" and link["reason"] for link in d["links"]), d["links"]
 
 
 def test_groups(ranks):
