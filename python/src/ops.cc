@@ -81,6 +81,10 @@ void bind_collectives(nb::module_& m) {
                    [&] { return g->reduce(x, dst, op, options(premul)); });
       },
       a("group").none(), a("tensor"), a("dst"), a("op"), a("premul"), a("async_op"));
+}
+
+void bind_gathers(nb::module_& m) {
+  auto a = [](const char* n) { return nb::arg(n); };
   m.def(
       "all_gather",
       [](GroupPtr g, nb::handle out, nb::handle in, bool async_op) {
@@ -121,6 +125,10 @@ void bind_collectives(nb::module_& m) {
                    [&] { return g->scatter(o, l, src, options()); });
       },
       a("group").none(), a("tensor"), a("scatter_list").none(), a("src"), a("async_op"));
+}
+
+void bind_exchanges(nb::module_& m) {
+  auto a = [](const char* n) { return nb::arg(n); };
   m.def(
       "reduce_scatter",
       [](GroupPtr g, nb::handle out, nb::handle list, ReduceOp op, double premul, bool async_op) {
@@ -265,6 +273,10 @@ void bind_objects(nb::module_& m) {
         return l;
       },
       a("group").none(), a("type"), a("obj"));
+}
+
+void bind_more_objects(nb::module_& m) {
+  auto a = [](const char* n) { return nb::arg(n); };
   m.def(
       "gather_object",
       [](nb::handle obj, int dst, bool is_dst, GroupPtr g) -> nb::object {
@@ -334,8 +346,11 @@ void bind_ops(nb::module_& m) {
       .value("BXOR", ReduceOp::BXOR)
       .value("PREMUL_SUM", ReduceOp::PREMUL_SUM);
   bind_collectives(m);
+  bind_gathers(m);
+  bind_exchanges(m);
   bind_p2p(m);
   bind_objects(m);
+  bind_more_objects(m);
 }
 
 }  // namespace tpcomm::py

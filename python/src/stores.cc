@@ -38,7 +38,9 @@ using nb::gil_scoped_release;
 
 }  // namespace
 
-void bind_stores(nb::module_& m) {
+namespace {
+
+void bind_store_base(nb::module_& m) {
   nb::class_<Store>(m, "Store")
       .def("set",
            [](Store& s, const std::string& key, nb::handle value) {
@@ -125,6 +127,12 @@ void bind_stores(nb::module_& m) {
            })
       .def("set_timeout", [](Store& s, double seconds) { s.set_timeout(to_ms(seconds)); })
       .def_prop_ro("timeout", [](Store& s) { return s.timeout().count() / 1000.0; });
+}
+
+}  // namespace
+
+void bind_stores(nb::module_& m) {
+  bind_store_base(m);
 
   nb::class_<TCPStore, Store>(m, "TCPStore")
       .def(
