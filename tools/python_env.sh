@@ -6,6 +6,7 @@
 # 2 GB. Then installs this repository's package into it (pip install .).
 #   tools/python_env.sh            make or refresh .venv, install the package
 #   tools/python_env.sh --no-pkg   only the dependencies
+#   tools/python_env.sh --werror   the package built with warnings as errors (CI)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,11 +21,13 @@ pip=(.venv/bin/pip install -q --disable-pip-version-check)
 "${pip[@]}" nanobind==3.1.0 scikit-build-core==1.1.2 pytest==9.2.0 pytest-timeout==2.4.0 \
   expecttest==0.3.0 hypothesis==6.170.27
 if [[ "${1:-}" != "--no-pkg" ]]; then
+  extra=()
+  [[ "${1:-}" == "--werror" ]] && extra=(-C cmake.define.TPCOMM_WERROR=ON)
   # ccache, when installed, keeps rebuilds of the package cheap.
   if command -v ccache >/dev/null && [[ -z "${CMAKE_CXX_COMPILER_LAUNCHER:-}" ]]; then
     export CMAKE_CXX_COMPILER_LAUNCHER=ccache CMAKE_C_COMPILER_LAUNCHER=ccache
   fi
   # No build isolation: the pinned nanobind and scikit-build-core above build it, offline.
-  "${pip[@]}" --no-build-isolation .
+  "${pip[@]}" --no-build-isolation "${extra[@]}" .
 fi
 echo "python_env: $(.venv/bin/python -c 'import sys; print(sys.version.split()[0])') in .venv"

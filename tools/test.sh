@@ -53,7 +53,7 @@ echo "== python tier =="
 # then pytest over python/tests, torch's distributed_test.py selection included. pytest's exit 5
 # (nothing collected) fails like any other non-zero exit.
 py_start=$(date +%s)
-bash tools/python_env.sh
+bash tools/python_env.sh --werror
 TPRUN=$root/build-test/bin/tprun .venv/bin/python -m pytest -q -p no:cacheprovider python/tests
 echo "== python tier passed in $(( $(date +%s) - py_start )) s =="
 
