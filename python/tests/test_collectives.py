@@ -146,17 +146,18 @@ def w_p2p(rank, world):
     assert s.wait() and r.wait(timeout=30)
     assert r.is_completed() and r.is_success() and r.exception() is None
     assert r.source_rank() == prv and np.array_equal(got, np.full(5, prv * 2))
-    # Any source: rank 0 receives from everyone else.
+    # Any source: rank 0 receives from everyone else (a tag of its own: the ring below may
+    # already be sending to rank 0).
     if rank == 0:
         seen = set()
         for _ in range(world - 1):
             buf = np.zeros(1, dtype=np.int64)
-            src = dist.recv(buf)
+            src = dist.recv(buf, tag=11)
             assert buf[0] == src * 11
             seen.add(src)
         assert seen == set(range(1, world))
     else:
-        dist.send(np.array([rank * 11], dtype=np.int64), 0)
+        dist.send(np.array([rank * 11], dtype=np.int64), 0, tag=11)
     # batch_isend_irecv ring (float32).
     a = np.full(4, rank + 0.5, dtype=np.float32)
     b = np.zeros(4, dtype=np.float32)

@@ -70,7 +70,8 @@ objs = [None] * n; dist.all_gather_object(objs, {"r": r}); assert objs == [{"r":
 w = dist.all_reduce(torch.ones(1), async_op=True)
 assert w.get_future().wait()[0].item() == n
 dist.barrier()
-print("rank", r, "backend", dist.get_backend(), "ok")
+import os
+os.write(1, f"rank {r} backend {dist.get_backend()} ok\n".encode())  # one write: no interleaving
 dist.destroy_process_group()
 """
 
