@@ -12,7 +12,8 @@ pkgs=(cmake ninja-build g++ clang pkg-config make
       libibverbs-dev librdmacm-dev ibverbs-providers rdma-core
       libucx-dev ucx-utils
       libgtest-dev libgmock-dev googletest libbenchmark-dev libcli11-dev
-      iproute2 procps python3)
+      iproute2 procps python3
+      python3-dev python3-venv)
 if [[ "${1:-}" == "--peers" ]]; then
   pkgs+=(python3-torch libgloo-dev openmpi-bin libopenmpi-dev iperf3 hyperfine)
 fi

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what is needed, builds with warnings as errors, runs every
 # test, then builds the unit tests with AddressSanitizer + UndefinedBehaviorSanitizer (clang,
-# which also builds the libFuzzer targets) and runs them, then checks that nothing was left
-# in /dev/shm. Usage: tools/test.sh [--no-sanitizers]
+# which also builds the libFuzzer targets) and runs them, then the Python tier (.venv, the
+# package, pytest over python/tests: docs/python.md), then checks that nothing was left in
+# /dev/shm. Usage: tools/test.sh [--no-sanitizers]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -46,6 +47,15 @@ if [[ "${1:-}" != "--no-sanitizers" ]]; then
     LSAN_OPTIONS=suppressions=$root/tests/lsan.supp \
     ctest --test-dir build-asan -j "$jobs" --output-on-failure --timeout 900 -L "$labels"
 fi
+
+echo "== python tier =="
+# .venv with pinned packages and pip install . (libtpcomm and tpcomm._C, built in build-python/),
+# then pytest over python/tests, torch's distributed_test.py selection included. pytest's exit 5
+# (nothing collected) fails like any other non-zero exit.
+py_start=$(date +%s)
+bash tools/python_env.sh --werror
+TPRUN=$root/build-test/bin/tprun .venv/bin/python -m pytest -q -p no:cacheprovider python/tests
+echo "== python tier passed in $(( $(date +%s) - py_start )) s =="
 
 shm_after=$(ls /dev/shm | grep -c '^tpcomm' || true)
 if ((shm_after > shm_before)); then
