@@ -184,6 +184,10 @@ constexpr Param kParams[] = {
    "(steady where cache-to-cache transfers are slow, as between vCPUs their host placed far "
    "apart); auto: times its own copies and uses the faster kind, trying the other now and then.",
    "collectives"},
+  {"TPCOMM_SHM_COLL_STOP_AT", T::Int, "0", "0..",
+   "Testing: this rank stops itself (SIGSTOP) on entering its N-th wait on a peer in the "
+   "direct-read collectives (0: never), so that tests can stop a rank at every wait point.",
+   "collectives"},
   {"TPCOMM_SHM_COLL_SPIN_US", T::Int, "10", "0..10000000",
    "shm_direct waits: microseconds of busy polling before polling with sched_yield (2 ms), "
    "then sleeping on a futex (cut to 2 us when the host's ranks outnumber its cores, within "

@@ -60,10 +60,10 @@ std::shared_ptr<Engine> Engine::create(const Options& options) {
   // More ranks on this host than it has cores (LOCAL_WORLD_SIZE, from tprun or torchrun):
   // waits start yielding after 2 us, as the shm collectives' do, unless TPCOMM_WAIT_SPIN_US
   // says otherwise (docs/transport.md, Progress).
-  e->spin_us_ = wait_spin_us(
-      config::get_int("TPCOMM_WAIT_SPIN_US"), config::is_set("TPCOMM_WAIT_SPIN_US"),
-      config::is_set("LOCAL_WORLD_SIZE") ? config::get_int("LOCAL_WORLD_SIZE") : 0,
-      container_cpus());
+  e->spin_us_ =
+      wait_spin_us(config::get_int("TPCOMM_WAIT_SPIN_US"), config::is_set("TPCOMM_WAIT_SPIN_US"),
+                   config::is_set("LOCAL_WORLD_SIZE") ? config::get_int("LOCAL_WORLD_SIZE") : 0,
+                   container_cpus());
   e->yield_us_ = config::get_int("TPCOMM_WAIT_YIELD_US");
   e->beat_interval_ = config::get_duration("TPCOMM_HEARTBEAT_INTERVAL");
   e->beat_timeout_ = config::get_duration("TPCOMM_HEARTBEAT_TIMEOUT");
@@ -78,6 +78,9 @@ std::shared_ptr<Engine> Engine::create(const Options& options) {
   for (auto& s : e->slots_)
     if (s->tr) usable.push_back(s->name);
   e->topo_ = publish_summary(*options.store, options.rank, options.host_id, usable);
+  e->watch_ = std::make_shared<PeerWatch>(options.rank, options.world_size, options.host_id,
+                                          e->beat_timeout_);
+  options.store->set(PeerWatch::key(options.rank), e->watch_->self_record());
   // Last: a peer that sees the host id finds the addresses too (Engine::link_for).
   options.store->set("link/host/" + std::to_string(options.rank), options.host_id);
   e->progress_thread_ = std::thread([raw = e.get()] { raw->progress_thread_main(); });

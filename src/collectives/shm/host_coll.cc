@@ -209,6 +209,7 @@ std::unique_ptr<HostColl> HostColl::create(Store& store, int rank, int size, Dea
   hc->team_ = std::make_unique<Team>(rank, size, std::move(bases), staging, chunk, spin);
   hc->team_->set_check_calls(config::get_bool("TPCOMM_CHECK_SIGNATURE"));
   hc->team_->set_stage_mode(stage_mode);
+  hc->team_->set_stop_at(static_cast<uint64_t>(config::get_int("TPCOMM_SHM_COLL_STOP_AT")));
   // Single-copy reads when every rank can read every peer (the first refusal is logged);
   // blocks from the largest TPCOMM_SHM_COLL_CMA_MIN of the group, and "on" where every rank
   // says so, so that all agree.
@@ -251,10 +252,14 @@ HostColl::~HostColl() {
     const StagePolicy& p = team_->stage_policy(static_cast<Team::StageUse>(u));
     if (p.timed_chunks(false) + p.timed_chunks(true) == 0) continue;
     TPLOG(INFO, COLL) << "shm_direct: rank " << team_->rank() << " " << names[u]
-                       << " staging stores: cached " << p.timed_chunks(false) << " chunks, "
-                       << p.rate(false) << " GB/s; streaming " << p.timed_chunks(true)
-                       << " chunks, " << p.rate(true) << " GB/s";
+                      << " staging stores: cached " << p.timed_chunks(false) << " chunks, "
+                      << p.rate(false) << " GB/s; streaming " << p.timed_chunks(true) << " chunks, "
+                      << p.rate(true) << " GB/s";
   }
+}
+
+void HostColl::watch(std::shared_ptr<PeerWatch> w, std::vector<int> global_ranks) {
+  team_->set_watch(std::move(w), std::move(global_ranks));
 }
 
 int HostColl::rank() const { return team_->rank(); }

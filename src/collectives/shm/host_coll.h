@@ -19,6 +19,7 @@
 #include "collectives/shm/tiny.h"
 #include "collectives/types.h"
 #include "core/deadline.h"
+#include "core/liveness.h"
 #include "tpcomm/store.hpp"
 
 namespace tpcomm::coll::shm {
@@ -39,6 +40,10 @@ class HostColl {
   static std::unique_ptr<HostColl> create(Store& group_store, int rank, int size, Deadline dl);
   ~HostColl();
   HostColl(const HostColl&) = delete;
+  /// Watches the members through the job's liveness watch (`global_ranks`: the members' ranks
+  /// in it, by group rank): a wait on a member that died or stayed stopped then fails within
+  /// Team::kWatchPeriod with a PeerError naming it, instead of at the deadline.
+  void watch(std::shared_ptr<PeerWatch> w, std::vector<int> global_ranks);
   HostColl& operator=(const HostColl&) = delete;
 
   // Each returns false, having done nothing, for a call it does not handle (an algorithm
