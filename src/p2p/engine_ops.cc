@@ -157,8 +157,7 @@ void Engine::post_send(const GroupInfo& g, int dst, int tag, const Tensor& t,
   if (!dead_peers_.empty()) {
     auto dead = dead_peers_.find(dst);
     if (dead != dead_peers_.end())
-      throw PeerError(op->describe() + ": rank " + std::to_string(dst) +
-                      " is unreachable: " + dead->second);
+      throw PeerError(op->describe() + ": rank " + std::to_string(dst) + " is " + dead->second);
   }
   // The link chosen before, without a call (link_for's first test); else link_for chooses.
   Link* l = chosen_link_locked(g.backend_id, dst);
@@ -254,8 +253,7 @@ void Engine::post_recv(const GroupInfo& g, int src, int tag, const Tensor& t,
   // more will come from a dead rank.
   auto dead = src == kAnySource || dead_peers_.empty() ? dead_peers_.end() : dead_peers_.find(src);
   if (dead != dead_peers_.end()) {
-    std::string why =
-        op->describe() + ": rank " + std::to_string(src) + " is unreachable: " + dead->second;
+    std::string why = op->describe() + ": rank " + std::to_string(src) + " is " + dead->second;
     fail_locked(op, std::make_exception_ptr(PeerError(why)));
     throw PeerError(why);
   }

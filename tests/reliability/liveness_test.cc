@@ -10,7 +10,9 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <regex>
 #include <string>
 #include <vector>
@@ -161,8 +163,8 @@ TEST_P(Liveness, EverySurvivorNamesTheVictim) {
         EXPECT_LT(after_s, 10.0) << err;
         EXPECT_TRUE(names(err, c.victim, c.stop ? "unresponsive" : "dead")) << err;
         EXPECT_NE(err.find("all_reduce #"), std::string::npos) << err;
-        std::printf("[rank %d] %s %s after %.2f s\n", ctx.rank, c.path.c_str(),
-                    c.stop ? "stop" : "kill", after_s);
+        std::printf("[rank %d] %s %s after %.2f s: %s\n", ctx.rank, c.path.c_str(),
+                    c.stop ? "stop" : "kill", after_s, err.c_str());
         // No survivor exits (which its peers would see) before all have judged the victim; the
         // last ends a stopped victim.
         if (ctx.store->add("seen", 1) == n - 1) {
@@ -182,6 +184,146 @@ TEST_P(Liveness, EverySurvivorNamesTheVictim) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, Liveness, ::testing::ValuesIn(cases()), case_name);
+
+// ---- every wait point of the direct-read collectives -----------------------------------
+
+// One direct-read collective: `bytes` per rank (per result for broadcast and reduce), the root
+// where there is one.
+struct WaitCase {
+  const char* name;
+  const char* op;
+  size_t bytes;
+  int root;
+  const char* cma;  // TPCOMM_SHM_COLL_CMA
+  int calls = 1;    // calls whose wait points are covered (the victim's first ones)
+};
+
+const WaitCase kWaitCases[] = {
+    {"all_reduce_tiny", "all_reduce", 8, -1, "auto"},
+    {"all_reduce_small", "all_reduce", 4096, -1, "auto"},
+    {"all_reduce_large", "all_reduce", 1 << 20, -1, "auto"},
+    {"broadcast_small_root0", "broadcast", 4096, 0, "auto"},
+    {"broadcast_small_root1", "broadcast", 4096, 1, "auto", 9},
+    {"broadcast_large_root0", "broadcast", 1 << 20, 0, "off"},
+    {"broadcast_large_root1", "broadcast", 1 << 20, 1, "off"},
+    {"broadcast_direct_root0", "broadcast", 1 << 20, 0, "on"},
+    {"all_gather_small", "all_gather", 1024, -1, "auto"},
+    {"all_gather_large", "all_gather", 1 << 19, -1, "off"},
+    {"all_gather_direct", "all_gather", 1 << 19, -1, "on"},
+    {"reduce_scatter_small", "reduce_scatter", 1024, -1, "auto"},
+    {"reduce_scatter_large", "reduce_scatter", 1 << 19, -1, "auto"},
+    {"reduce_small_root0", "reduce", 4096, 0, "auto", 9},
+    {"reduce_large_root1", "reduce", 1 << 20, 1, "auto"},
+    {"barrier", "barrier", 0, -1, "auto"},
+};
+
+void run_op(ProcessGroup& pg, const WaitCase& w, int n, std::vector<float>& in,
+            std::vector<float>& out) {
+  const std::string op = w.op;
+  if (op == "all_reduce") {
+    pg.all_reduce(Tensor::of(in));
+  } else if (op == "broadcast") {
+    pg.broadcast(Tensor::of(in), w.root);
+  } else if (op == "all_gather") {
+    pg.all_gather_into_tensor(Tensor::of(out), Tensor::of(in));
+  } else if (op == "reduce_scatter") {
+    pg.reduce_scatter_tensor(Tensor::of(out), Tensor::of(in));
+  } else if (op == "reduce") {
+    pg.reduce(Tensor::of(in), w.root);
+  } else {
+    pg.barrier();
+  }
+  (void)n;
+}
+
+class WaitPoints : public ::testing::TestWithParam<WaitCase> {};
+
+// For K = 1, 2, ...: rank 1 stops itself (TPCOMM_SHM_COLL_STOP_AT=K) on entering its K-th
+// wait; ranks 0 and 2 must name it unresponsive. Until K lies beyond the case's calls (its
+// first call, or the first 9 where rank 1 posts small messages nobody returns before it
+// reuses a slot: a small broadcast from it, a small reduce to another root).
+TEST_P(WaitPoints, AStoppedRankIsNamedAtEveryWait) {
+  const WaitCase w = GetParam();
+  constexpr int n = 3, victim = 1;
+  const std::string verdict_file =
+      ::testing::TempDir() + "waitpoint_" + w.name + "_" + std::to_string(::getpid());
+  int stops = 0;
+  for (int k = 1; k <= 64; ++k) {
+    ::unlink(verdict_file.c_str());
+    RunOptions opt;
+    opt.env = {{"TPCOMM_HEARTBEAT_TIMEOUT", "300ms"}, {"TPCOMM_SHM_COLL_CMA", w.cma}};
+    opt.rank_env = [k](int rank) {
+      std::map<std::string, std::string> e;
+      if (rank == victim) e["TPCOMM_SHM_COLL_STOP_AT"] = std::to_string(k);
+      return e;
+    };
+    opt.tcp_store = true;
+    opt.may_die = {victim};
+    opt.timeout = milliseconds(60000);
+    auto r = run_ranks(
+        n,
+        [&](RankContext& ctx) {
+          InitOptions o;
+          o.timeout = seconds(30);
+          auto pg = ProcessGroup::create(ctx.store, ctx.rank, n, o);
+          const size_t count = std::max<size_t>(w.bytes / sizeof(float), 1);
+          const bool rs = std::string(w.op) == "reduce_scatter";
+          std::vector<float> in(rs ? count * n : count, 1.0f), out(rs ? count : count * n);
+          if (ctx.rank == victim) ctx.store->set("victim_pid", std::to_string(::getpid()));
+          ctx.store->add("ready", 1);
+          ctx.store->wait({"victim_pid"}, seconds(30));
+          // Up to 12 calls: a broadcast root runs up to 7 small calls ahead of its readers
+          // before it waits on them.
+          std::string err;
+          for (int call = 1; call <= 12 && err.empty(); ++call) {
+            if (ctx.rank == victim) ctx.store->set("victim_call", std::to_string(call));
+            try {
+              run_op(*pg, w, n, in, out);
+            } catch (const Error& e) {
+              err = e.what();
+            }
+          }
+          auto beyond = [&] {
+            FILE* f = std::fopen(verdict_file.c_str(), "w");
+            if (f) std::fclose(f);
+          };
+          if (err.empty()) {
+            // Nobody waited on the victim (K lies beyond its waits here, or the survivors
+            // never needed it after it stopped): let it go on, and stop trying further K.
+            if (ctx.rank != victim) {
+              ::kill(static_cast<pid_t>(std::stol(ctx.store->get_string("victim_pid"))), SIGCONT);
+              if (ctx.rank == 0) beyond();
+            }
+            pg->destroy();
+            return;
+          }
+          ASSERT_NE(ctx.rank, victim) << err;
+          EXPECT_TRUE(names(err, victim, "unresponsive")) << "K=" << k << ": " << err;
+          if (ctx.store->add("seen", 1) == n - 1) {
+            // Stopped after the calls whose wait points this case covers: the last K.
+            if (std::stoi(ctx.store->get_string("victim_call")) > w.calls) beyond();
+            ::kill(static_cast<pid_t>(std::stol(ctx.store->get_string("victim_pid"))), SIGKILL);
+            ctx.store->set("all_seen", "1");
+          }
+          ctx.store->wait({"all_seen"}, seconds(30));
+          pg->destroy();
+        },
+        opt);
+    EXPECT_RANKS_OK(r) << "stopping rank 1 at its wait " << k;
+    if (::testing::Test::HasFailure()) break;
+    if (::access(verdict_file.c_str(), F_OK) == 0) break;
+    ++stops;
+  }
+  ::unlink(verdict_file.c_str());
+  std::printf("%s: rank 1 stopped at each of its %d wait points, named every time\n", w.name,
+              stops);
+  EXPECT_GE(stops, 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(ShmDirect, WaitPoints, ::testing::ValuesIn(kWaitCases),
+                         [](const ::testing::TestParamInfo<WaitCase>& i) {
+                           return std::string(i.param.name);
+                         });
 
 }  // namespace
 }  // namespace tpcomm::testing
