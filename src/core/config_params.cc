@@ -119,9 +119,11 @@ constexpr Param kParams[] = {
    "Dead-peer detection: how often the engine sends a small heartbeat on each connected link "
    "(from the progress thread, never on the data path); 0 turns heartbeats off.", "p2p"},
   {"TPCOMM_HEARTBEAT_TIMEOUT", T::Duration, "10s", "",
-   "A connected peer that sends nothing, not even a heartbeat, for this long (stopped, hung, "
-   "or cut off) is declared lost: its pending and later operations fail naming its rank and "
-   "host. Needs TPCOMM_HEARTBEAT_INTERVAL > 0.", "p2p"},
+   "A peer on another host that sends nothing, not even a heartbeat, for this long (stopped, "
+   "hung, or cut off; needs TPCOMM_HEARTBEAT_INTERVAL > 0), or a peer on this host whose "
+   "process stays stopped this long (SIGSTOP, a debugger), is declared unresponsive: every "
+   "operation and collective waiting on it fails naming its rank and host. 0: never. A peer "
+   "on this host that exits is declared dead at once (pidfd).", "p2p"},
 
   // ---- collectives ----
   {"TPCOMM_ALGO", T::String, "", "",
