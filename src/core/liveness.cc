@@ -204,16 +204,17 @@ std::string PeerWatch::failure(int r) {
   return p.failure;
 }
 
-std::pair<int, std::string> PeerWatch::first_failure(std::span<const int> ranks) {
+std::vector<std::pair<int, std::string>> PeerWatch::failures(std::span<const int> ranks) {
+  std::vector<std::pair<int, std::string>> out;
   std::lock_guard<std::mutex> lk(mu_);
   auto now = Clock::now();
   for (int r : ranks) {
     if (r < 0 || static_cast<size_t>(r) >= peers_.size() || r == rank_) continue;
     Peer& p = peers_[static_cast<size_t>(r)];
     check_locked(r, p, now);
-    if (!p.failure.empty()) return {r, p.failure};
+    if (!p.failure.empty()) out.emplace_back(r, p.failure);
   }
-  return {-1, ""};
+  return out;
 }
 
 void PeerWatch::mark(int r, const std::string& reason) {

@@ -52,8 +52,17 @@ class PeerWatch {
   std::vector<std::pair<int, std::string>> poll();
   /// Why peer `r` is lost (checked now), or "" while it is alive or not watched.
   std::string failure(int r);
-  /// The first of `ranks` found lost (checked now) and why; {-1, ""} when none is.
-  std::pair<int, std::string> first_failure(std::span<const int> ranks);
+  /// Every one of `ranks` found lost (checked now), each with why; empty when none is.
+  std::vector<std::pair<int, std::string>> failures(std::span<const int> ranks);
+  /// failures() in words: "rank 2 is dead: ...; rank 3 is unresponsive: ..." ("" when none
+  /// is), each rank named through `name` (e.g. its rank in a group).
+  template <class Name>
+  std::string describe_failures(std::span<const int> ranks, Name name) {
+    std::string out;
+    for (auto& [r, why] : failures(ranks))
+      out += (out.empty() ? "" : "; ") + name(r) + " is " + why;
+    return out;
+  }
   /// Records a loss found elsewhere (a heartbeat timeout, a reset connection).
   void mark(int r, const std::string& reason);
   /// For a plain timeout: "rank 3 (pid N on host 'H') is alive and running" for a watched

@@ -663,7 +663,8 @@ void Engine::handle_put_done(Slot& s, uint64_t cookie, bool ok) {
 }
 
 void Engine::handle_peer_error(Slot& s, int peer, const std::string& reason) {
-  fail_peer_locked(peer, s.name + ": " + reason);
+  // Transports that name themselves already ("shm: ...") are not named twice.
+  fail_peer_locked(peer, reason.starts_with(s.name + ": ") ? reason : s.name + ": " + reason);
 }
 
 // ---- completion -----------------------------------------------------------------------

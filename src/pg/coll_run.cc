@@ -110,10 +110,13 @@ void compute_hints(GroupState& g, CollState& cs) {
 void make_host_coll(GroupState& g, CollState& cs, Deadline dl) {
   if (!cs.one_host || cs.hints.name != "shm" || g.size() < 2) return;
   cs.host_store = std::make_shared<PrefixStore>("shm_coll", g.store);
+  // Every member published its liveness record before its engine ran.
+  g.world->engine->resolve_peers();
   try {
-    cs.host = coll::shm::HostColl::create(*cs.host_store, g.rank, g.size(), dl);
-    g.world->engine->resolve_peers();  // every member published its pid before its engine ran
-    cs.host->watch(g.world->engine->watch(), g.info.ranks);
+    cs.host = coll::shm::HostColl::create(*cs.host_store, g.rank, g.size(), dl,
+                                          {g.world->engine->watch(), g.info.ranks});
+  } catch (const PeerError&) {
+    throw;  // a member is lost: message passing would fail on it too
   } catch (const std::exception& e) {
     TPLOG(INFO, COLL) << "group '" << g.info.name << "': no shared-memory fast path (" << e.what()
                       << "); collectives use message passing";

@@ -185,6 +185,77 @@ TEST_P(Liveness, EverySurvivorNamesTheVictim) {
 
 INSTANTIATE_TEST_SUITE_P(Paths, Liveness, ::testing::ValuesIn(cases()), case_name);
 
+// A rank that dies before the group's first collective (while the others set up the
+// direct-read collectives through the store): named dead at once, not at the deadline.
+TEST(LivenessShmDirect, DeathBeforeTheFirstCollectiveIsNamed) {
+  RunOptions opt;
+  opt.tcp_store = true;
+  opt.may_die = {2};
+  opt.timeout = milliseconds(60000);
+  auto r = run_ranks(
+      3,
+      [&](RankContext& ctx) {
+        InitOptions o;
+        o.timeout = seconds(30);
+        auto pg = ProcessGroup::create(ctx.store, ctx.rank, 3, o);
+        if (ctx.rank == 2) {
+          ctx.store->set("struck_at", std::to_string(now_ns()));
+          ::raise(SIGKILL);
+        }
+        ctx.store->wait({"struck_at"}, seconds(30));
+        std::vector<float> v(1024, 1.0f);
+        std::string err;
+        try {
+          pg->all_reduce(Tensor::of(v));
+        } catch (const PeerError& e) {
+          err = e.what();
+        }
+        const double after_s =
+            static_cast<double>(now_ns() - std::stoll(ctx.store->get_string("struck_at"))) / 1e9;
+        EXPECT_LT(after_s, 10.0) << err;
+        EXPECT_TRUE(names(err, 2, "dead")) << err;
+        // Neither survivor exits (which the other would see) before both have judged.
+        if (ctx.store->add("seen", 1) == 2) ctx.store->set("all_seen", "1");
+        ctx.store->wait({"all_seen"}, seconds(30));
+      },
+      opt);
+  EXPECT_RANKS_OK(r);
+}
+
+// A timeout that is only a timeout (rank 2 is alive, in another call): the error names the
+// rank that did not arrive and says it is alive.
+TEST(LivenessShmDirect, PlainTimeoutSaysTheMissingRankIsAlive) {
+  RunOptions opt;
+  opt.tcp_store = true;
+  opt.timeout = milliseconds(60000);
+  auto r = run_ranks(
+      3,
+      [&](RankContext& ctx) {
+        auto pg = ProcessGroup::create(ctx.store, ctx.rank, 3);
+        std::vector<float> v(1024, 1.0f);
+        pg->all_reduce(Tensor::of(v));  // sets up shm_direct on every rank
+        ASSERT_EQ(v[0], 3.0f);
+        if (ctx.rank == 2) {
+          ctx.store->wait({"timed_out_0", "timed_out_1"}, seconds(30));
+          return;
+        }
+        CollectiveOptions co;
+        co.timeout = milliseconds(500);
+        std::string err;
+        try {
+          pg->all_reduce(Tensor::of(v), ReduceOp::SUM, co);
+        } catch (const TimeoutError& e) {
+          err = e.what();
+        }
+        ctx.store->set("timed_out_" + std::to_string(ctx.rank), "1");
+        EXPECT_NE(err.find("rank 2 (pid "), std::string::npos) << err;
+        EXPECT_NE(err.find("is alive and running"), std::string::npos) << err;
+        EXPECT_NE(err.find("all_reduce #1"), std::string::npos) << err;
+      },
+      opt);
+  EXPECT_RANKS_OK(r);
+}
+
 // ---- every wait point of the direct-read collectives -----------------------------------
 
 // One direct-read collective: `bytes` per rank (per result for broadcast and reduce), the root

@@ -37,13 +37,17 @@ class HostColl {
   /// publishes it through `group_store` and maps every peer's. Either every rank gets an
   /// instance or every rank throws (TransportError naming the rank and the reason, e.g. a peer
   /// on another host); the caller then keeps to message passing.
-  static std::unique_ptr<HostColl> create(Store& group_store, int rank, int size, Deadline dl);
+  /// With `live.watch` (the job's liveness watch, `live.ranks` the members' ranks in it), a
+  /// member that died or stopped fails the set-up and every later wait on it within
+  /// Team::kWatchPeriod with a PeerError naming it, instead of at the deadline.
+  struct Liveness {
+    std::shared_ptr<PeerWatch> watch;
+    std::vector<int> ranks;
+  };
+  static std::unique_ptr<HostColl> create(Store& group_store, int rank, int size, Deadline dl,
+                                          const Liveness& live = {});
   ~HostColl();
   HostColl(const HostColl&) = delete;
-  /// Watches the members through the job's liveness watch (`global_ranks`: the members' ranks
-  /// in it, by group rank): a wait on a member that died or stayed stopped then fails within
-  /// Team::kWatchPeriod with a PeerError naming it, instead of at the deadline.
-  void watch(std::shared_ptr<PeerWatch> w, std::vector<int> global_ranks);
   HostColl& operator=(const HostColl&) = delete;
 
   // Each returns false, having done nothing, for a call it does not handle (an algorithm

@@ -361,16 +361,19 @@ int Team::acquire_small(const char* what) {
 }
 
 void Team::check_members(uint64_t v, const char* what) {
-  auto [g, why] = watch_->first_failure(global_);
-  if (g < 0) return;
-  int r = static_cast<int>(std::find(global_.begin(), global_.end(), g) - global_.begin());
+  // Every lost member, not only the first: one that failed on a loss and exited is lost too,
+  // and the root cause is among the others.
+  std::string lost = watch_->describe_failures(global_, [&](int g) {
+    const int r = static_cast<int>(std::find(global_.begin(), global_.end(), g) - global_.begin());
+    return "rank " + std::to_string(r) +
+           (r != g ? " (global rank " + std::to_string(g) + ")" : std::string());
+  });
+  if (lost.empty()) return;
   broken_ = true;  // the ranks' steps no longer agree
   throw PeerError("shm_direct " + std::string(what) + ": rank " + std::to_string(rank_) + " of " +
                   std::to_string(size_) + " cannot complete its shared-memory collective #" +
-                  std::to_string(sig_.call) + " (step " + std::to_string(v) + "): " + "rank " +
-                  std::to_string(r) +
-                  (r != g ? " (global rank " + std::to_string(g) + ")" : std::string()) + " is " +
-                  why + "; this group's shared-memory collectives are now unusable");
+                  std::to_string(sig_.call) + " (step " + std::to_string(v) + "): " + lost +
+                  "; this group's shared-memory collectives are now unusable");
 }
 
 void Team::stop_here() { ::raise(SIGSTOP); }
