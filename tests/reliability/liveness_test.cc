@@ -222,6 +222,35 @@ TEST(LivenessShmDirect, DeathBeforeTheFirstCollectiveIsNamed) {
   EXPECT_RANKS_OK(r);
 }
 
+// A job started short: init_process_group fails on every rank that started, within its
+// deadline, naming the rank that never joined (and the store it waited at).
+TEST(LivenessInit, AShortJobFailsOnEveryStartedRankNamingTheMissingOne) {
+  RunOptions opt;
+  opt.tcp_store = true;
+  opt.timeout = milliseconds(60000);
+  auto r = run_ranks(
+      3,
+      [&](RankContext& ctx) {
+        if (ctx.rank == 2) return;  // never joins
+        InitOptions o;
+        o.timeout = milliseconds(1500);
+        const int64_t start = now_ns();
+        std::string err;
+        try {
+          ProcessGroup::create(ctx.store, ctx.rank, 3, o);
+        } catch (const TimeoutError& e) {
+          err = e.what();
+        }
+        const double after_s = static_cast<double>(now_ns() - start) / 1e9;
+        EXPECT_GE(after_s, 1.4) << err;
+        EXPECT_LT(after_s, 10.0) << err;
+        EXPECT_NE(err.find("rank 2 did not join within 1500 ms"), std::string::npos) << err;
+        EXPECT_NE(err.find("the TCPStore at 127.0.0.1:"), std::string::npos) << err;
+      },
+      opt);
+  EXPECT_RANKS_OK(r);
+}
+
 // A timeout that is only a timeout (rank 2 is alive, in another call): the error names the
 // rank that did not arrive and says it is alive.
 TEST(LivenessShmDirect, PlainTimeoutSaysTheMissingRankIsAlive) {
