@@ -167,7 +167,9 @@ void PeerWatch::check_locked(int r, Peer& p, Clock::time_point now) {
     p.failure = "dead: its process " + who(p) + " exited";
     return;
   }
-  if (state != 'T' && state != 't') {
+  // Stopped: judged here for peers of this host; those given another host id (a test's
+  // simulated hosts) are judged by their heartbeats, as on another machine.
+  if ((state != 'T' && state != 't') || p.host != host_id_) {
     p.stopped_since = {};
     return;
   }
@@ -242,7 +244,9 @@ std::string PeerWatch::state(int r) {
 
 bool PeerWatch::local(int r) {
   std::lock_guard<std::mutex> lk(mu_);
-  return r >= 0 && static_cast<size_t>(r) < peers_.size() && peers_[static_cast<size_t>(r)].pid > 0;
+  if (r < 0 || static_cast<size_t>(r) >= peers_.size()) return false;
+  const Peer& p = peers_[static_cast<size_t>(r)];
+  return p.pid > 0 && p.host == host_id_;
 }
 
 }  // namespace tpcomm

@@ -69,7 +69,9 @@ class PeerWatch {
   /// peer that is neither dead nor stopped, "... is alive but stopped (for N ms)", the reason of
   /// a lost one, or "" for a peer not watched by pid.
   std::string state(int r);
-  /// True when rank `r` runs in this kernel and pid namespace and is watched by pid.
+  /// True when rank `r` runs in this kernel and pid namespace, is watched by pid, and has
+  /// this rank's host id (ranks given different TPCOMM_HOSTID values are different hosts to
+  /// the heartbeats, even on one machine).
   bool local(int r);
 
  private:

@@ -141,10 +141,11 @@ void Engine::heartbeat_locked() {
       continue;
     }
     if (beat_timeout_.count() <= 0 || now - b.since < beat_timeout_) continue;
-    // A peer on this host is judged by its process (the watch above: exited, or stopped for
-    // the same timeout), not by its beats: a running process whose progress thread starves
-    // on a loaded machine is alive.
-    if (watch_->local(peer)) {
+    // A peer on this host with a working connection is judged by its process (the watch
+    // above: exited, or stopped for the same timeout), not by its beats: a running process
+    // whose progress thread starves on a loaded machine is alive. A connection that never
+    // completed its handshake is judged here all the same.
+    if (ready[p] && watch_->local(peer)) {
       b.since = now;
       continue;
     }

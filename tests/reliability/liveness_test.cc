@@ -277,6 +277,8 @@ TEST(LivenessShmDirect, PlainTimeoutSaysTheMissingRankIsAlive) {
           err = e.what();
         }
         ctx.store->set("timed_out_" + std::to_string(ctx.rank), "1");
+        // Alive until the other has timed out too (an exit would be a loss to it).
+        ctx.store->wait({"timed_out_0", "timed_out_1"}, seconds(30));
         EXPECT_NE(err.find("rank 2 (pid "), std::string::npos) << err;
         EXPECT_NE(err.find("is alive and running"), std::string::npos) << err;
         EXPECT_NE(err.find("all_reduce #1"), std::string::npos) << err;
