@@ -185,10 +185,16 @@ TEST_P(Liveness, EverySurvivorNamesTheVictim) {
 
 INSTANTIATE_TEST_SUITE_P(Paths, Liveness, ::testing::ValuesIn(cases()), case_name);
 
-// A rank that dies before the group's first collective (while the others set up the
-// direct-read collectives through the store): named dead at once, not at the deadline.
-TEST(LivenessShmDirect, DeathBeforeTheFirstCollectiveIsNamed) {
+// A rank that dies before the group's first collective (before any link to it exists; on
+// one host, while the others set up the direct-read collectives through the store): named
+// dead at once, not at the deadline.
+class LivenessFirstCall : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(LivenessFirstCall, DeathBeforeTheFirstCollectiveIsNamed) {
+  if (!path_runs(GetParam())) GTEST_SKIP() << GetParam() << " cannot run here";
   RunOptions opt;
+  for (const Path& p : paths())
+    if (p.name == GetParam()) opt.env = p.env;
   opt.tcp_store = true;
   opt.may_die = {2};
   opt.timeout = milliseconds(60000);
@@ -221,6 +227,10 @@ TEST(LivenessShmDirect, DeathBeforeTheFirstCollectiveIsNamed) {
       opt);
   EXPECT_RANKS_OK(r);
 }
+
+INSTANTIATE_TEST_SUITE_P(Paths, LivenessFirstCall,
+                         ::testing::Values("shm_direct", "shm", "tcp", "ucx", "ibverbs"),
+                         [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
 
 // A job started short: init_process_group fails on every rank that started, within its
 // deadline, naming the rank that never joined (and the store it waited at).
