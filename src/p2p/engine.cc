@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstring>
 #include <sstream>
+#include <thread>
 
 #include "core/config.h"
 #include "core/log.h"
@@ -332,8 +333,27 @@ Link* Engine::link_locked(Slot& s, int peer) {
   if (addr.empty() || addr[0] != 1)
     throw TransportError("rank " + std::to_string(peer) + " has no usable " + s.name + " address");
   auto deadline = std::chrono::steady_clock::now() + opt_.timeout;
-  transport::Endpoint& ep =
-      s.tr->connect(peer, std::span<const uint8_t>(addr).subspan(1), deadline);
+  transport::Endpoint* connected = nullptr;
+  try {
+    connected = &s.tr->connect(peer, std::span<const uint8_t>(addr).subspan(1), deadline);
+  } catch (const Error& e) {
+    // A peer that died before anyone connected to it refuses the connection: say so (its
+    // pidfd turns readable a moment after its sockets close).
+    std::string why;
+    watch_->resolve(*opt_.store, true);  // no-op once every peer is known (the usual case)
+    for (int i = 0; i < 10 && why.empty(); ++i) {
+      why = watch_->failure(peer);
+      if (why.empty() && watch_->local(peer))
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      else
+        break;
+    }
+    if (why.empty()) throw;
+    fail_peer_locked(peer, why);
+    throw PeerError("connecting to rank " + std::to_string(peer) + " over " + s.name + " failed (" +
+                    e.what() + "): rank " + std::to_string(peer) + " is " + dead_peers_[peer]);
+  }
+  transport::Endpoint& ep = *connected;
   mark_used_locked(s);
   auto l = std::make_unique<Link>();
   l->slot = &s;

@@ -191,6 +191,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(std::shared_ptr<Store> store,
   // The world exists once every rank has joined: a job started short fails here, on every
   // rank that started, naming the missing ones (not later, on a store key).
   detail::wait_for_join(*eo.store, store, rank, world_size, Deadline::after(timeout), timeout);
+  world->engine->resolve_peers();  // every rank's liveness record is there by now
 
   auto g = std::make_shared<GroupState>();
   g->world = world;
