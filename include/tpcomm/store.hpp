@@ -50,6 +50,14 @@ class Store {
 
   /// True if all keys exist (does not block).
   virtual bool check(const std::vector<std::string>& keys) = 0;
+  /// check() that gives the store at most `timeout` to answer (a TCPStore whose server does
+  /// not answer in time throws TimeoutError); stores that answer locally ignore it. The
+  /// library's checks inside a collective use it, so that a stopped server cannot hold the
+  /// call past its deadline.
+  virtual bool check_within(const std::vector<std::string>& keys,
+                            std::chrono::milliseconds /*timeout*/) {
+    return check(keys);
+  }
 
   /// Blocks until all keys exist, or throws TimeoutError naming the missing ones.
   virtual void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) = 0;
@@ -65,7 +73,8 @@ class Store {
   virtual std::vector<Bytes> multi_get(const std::vector<std::string>& keys) = 0;
 
   /// set() of several keys in one round trip. Sizes must match.
-  virtual void multi_set(const std::vector<std::string>& keys, const std::vector<Bytes>& values) = 0;
+  virtual void multi_set(const std::vector<std::string>& keys,
+                         const std::vector<Bytes>& values) = 0;
 
   /// Changes the timeout of later blocking calls.
   virtual void set_timeout(std::chrono::milliseconds timeout) { timeout_ = timeout; }
@@ -138,6 +147,8 @@ class TCPStore : public Store {
   Bytes compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) override;
   bool delete_key(const std::string& key) override;
   bool check(const std::vector<std::string>& keys) override;
+  bool check_within(const std::vector<std::string>& keys,
+                    std::chrono::milliseconds timeout) override;
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
   using Store::wait;
   int64_t num_keys() override;
@@ -231,6 +242,8 @@ class PrefixStore : public Store {
   Bytes compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) override;
   bool delete_key(const std::string& key) override;
   bool check(const std::vector<std::string>& keys) override;
+  bool check_within(const std::vector<std::string>& keys,
+                    std::chrono::milliseconds timeout) override;
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
   using Store::wait;
   /// Keys of the underlying store (all prefixes), as torch's PrefixStore reports.

@@ -127,9 +127,11 @@ constexpr Param kParams[] = {
    "Dead-peer detection: how often the engine sends a small heartbeat on each connected link "
    "(from the progress thread, never on the data path); 0 turns heartbeats off.", "p2p"},
   {"TPCOMM_HEARTBEAT_TIMEOUT", T::Duration, "10s", "",
-   "A connected peer that sends nothing, not even a heartbeat, for this long (stopped, hung, "
-   "or cut off) is declared lost: its pending and later operations fail naming its rank and "
-   "host. Needs TPCOMM_HEARTBEAT_INTERVAL > 0.", "p2p"},
+   "A peer on another host that sends nothing, not even a heartbeat, for this long (stopped, "
+   "hung, or cut off; needs TPCOMM_HEARTBEAT_INTERVAL > 0), or a peer on this host whose "
+   "process stays stopped this long (SIGSTOP, a debugger), is declared unresponsive: every "
+   "operation and collective waiting on it fails naming its rank and host. 0: never. A peer "
+   "on this host that exits is declared dead at once (pidfd).", "p2p"},
 
   // ---- collectives ----
   {"TPCOMM_ALGO", T::String, "", "",
@@ -192,6 +194,10 @@ constexpr Param kParams[] = {
    "this core's caches (fastest where the cores share a cache); streaming: through memory "
    "(steady where cache-to-cache transfers are slow, as between vCPUs their host placed far "
    "apart); auto: times its own copies and uses the faster kind, trying the other now and then.",
+   "collectives"},
+  {"TPCOMM_SHM_COLL_STOP_AT", T::Int, "0", "0..",
+   "Testing: this rank stops itself (SIGSTOP) on entering its N-th wait on a peer in the "
+   "direct-read collectives (0: never), so that tests can stop a rank at every wait point.",
    "collectives"},
   {"TPCOMM_SHM_COLL_SPIN_US", T::Int, "10", "0..10000000",
    "shm_direct waits: microseconds of busy polling before polling with sched_yield (2 ms), "

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstring>
 #include <sstream>
+#include <thread>
 
 #include "core/config.h"
 #include "core/log.h"
@@ -60,10 +61,10 @@ std::shared_ptr<Engine> Engine::create(const Options& options) {
   // More ranks on this host than it has cores (LOCAL_WORLD_SIZE, from tprun or torchrun):
   // waits start yielding after 2 us, as the shm collectives' do, unless TPCOMM_WAIT_SPIN_US
   // says otherwise (docs/transport.md, Progress).
-  e->spin_us_ = wait_spin_us(
-      config::get_int("TPCOMM_WAIT_SPIN_US"), config::is_set("TPCOMM_WAIT_SPIN_US"),
-      config::is_set("LOCAL_WORLD_SIZE") ? config::get_int("LOCAL_WORLD_SIZE") : 0,
-      container_cpus());
+  e->spin_us_ =
+      wait_spin_us(config::get_int("TPCOMM_WAIT_SPIN_US"), config::is_set("TPCOMM_WAIT_SPIN_US"),
+                   config::is_set("LOCAL_WORLD_SIZE") ? config::get_int("LOCAL_WORLD_SIZE") : 0,
+                   container_cpus());
   e->yield_us_ = config::get_int("TPCOMM_WAIT_YIELD_US");
   e->beat_interval_ = config::get_duration("TPCOMM_HEARTBEAT_INTERVAL");
   e->beat_timeout_ = config::get_duration("TPCOMM_HEARTBEAT_TIMEOUT");
@@ -78,6 +79,9 @@ std::shared_ptr<Engine> Engine::create(const Options& options) {
   for (auto& s : e->slots_)
     if (s->tr) usable.push_back(s->name);
   e->topo_ = publish_summary(*options.store, options.rank, options.host_id, usable);
+  e->watch_ = std::make_shared<PeerWatch>(options.rank, options.world_size, options.host_id,
+                                          e->beat_timeout_);
+  options.store->set(PeerWatch::key(options.rank), e->watch_->self_record());
   // Last: a peer that sees the host id finds the addresses too (Engine::link_for).
   options.store->set("link/host/" + std::to_string(options.rank), options.host_id);
   e->progress_thread_ = std::thread([raw = e.get()] { raw->progress_thread_main(); });
@@ -329,8 +333,27 @@ Link* Engine::link_locked(Slot& s, int peer) {
   if (addr.empty() || addr[0] != 1)
     throw TransportError("rank " + std::to_string(peer) + " has no usable " + s.name + " address");
   auto deadline = std::chrono::steady_clock::now() + opt_.timeout;
-  transport::Endpoint& ep =
-      s.tr->connect(peer, std::span<const uint8_t>(addr).subspan(1), deadline);
+  transport::Endpoint* connected = nullptr;
+  try {
+    connected = &s.tr->connect(peer, std::span<const uint8_t>(addr).subspan(1), deadline);
+  } catch (const Error& e) {
+    // A peer that died before anyone connected to it refuses the connection: say so (its
+    // pidfd turns readable a moment after its sockets close).
+    std::string why;
+    watch_->resolve(*opt_.store, true);  // no-op once every peer is known (the usual case)
+    for (int i = 0; i < 10 && why.empty(); ++i) {
+      why = watch_->failure(peer);
+      if (why.empty() && watch_->local(peer))
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      else
+        break;
+    }
+    if (why.empty()) throw;
+    fail_peer_locked(peer, why);
+    throw PeerError("connecting to rank " + std::to_string(peer) + " over " + s.name + " failed (" +
+                    e.what() + "): rank " + std::to_string(peer) + " is " + dead_peers_[peer]);
+  }
+  transport::Endpoint& ep = *connected;
   mark_used_locked(s);
   auto l = std::make_unique<Link>();
   l->slot = &s;

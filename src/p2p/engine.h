@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "core/deadline.h"
+#include "core/liveness.h"
 #include "p2p/matcher.h"
 #include "p2p/op.h"
 #include "p2p/op_table.h"
@@ -182,8 +183,13 @@ class Engine : public std::enable_shared_from_this<Engine> {
   /// The host id `peer` published (TPCOMM_HOSTID or host name + boot id); blocks on the store
   /// until the peer has started. Cached.
   std::string peer_host(int peer);
-  /// Why `peer` was declared lost (its link failed or it exited), or "" while it is not.
+  /// Why `peer` was declared lost (its link failed, its process exited or stayed stopped:
+  /// the watch is asked now), or "" while it is not.
   std::string peer_failure(int peer);
+  /// The job's liveness watch (core/liveness.h): the direct-read collectives ask it too.
+  const std::shared_ptr<PeerWatch>& watch() const { return watch_; }
+  /// Learns now every peer that has published its liveness record (store look-ups).
+  void resolve_peers() { watch_->resolve(*opt_.store, true); }
   /// A message that no receive has taken yet.
   struct Unmatched {
     int32_t src;  ///< global rank
@@ -265,7 +271,9 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // Completion (engine lock).
   void complete_locked(const std::shared_ptr<Op>& op);
   void fail_locked(const std::shared_ptr<Op>& op, std::exception_ptr e);
-  void fail_peer_locked(int peer, const std::string& reason);
+  /// Declares `peer` lost: dead (its connection or process ended), or unresponsive (`silent`:
+  /// no heartbeat); every pending and later operation with it fails naming it.
+  void fail_peer_locked(int peer, const std::string& reason, bool silent = false);
   std::string group_name_locked(uint64_t group) const;
 
   // Progress.
@@ -333,7 +341,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   std::thread progress_thread_;
   std::atomic<bool> stop_{false};
   std::atomic<int> spinners_{0};
-  std::atomic<int> sleepers_{0};                // user threads blocked on done_cv_
+  std::atomic<int> sleepers_{0};         // user threads blocked on done_cv_
   std::atomic<uint64_t> spin_epoch_{0};  // bumped whenever a wait stops spinning, and by test()
   /// A plain load and store: the progress thread only looks for a change, so an increment
   /// lost between two bumping threads costs nothing.
@@ -386,6 +394,11 @@ class Engine : public std::enable_shared_from_this<Engine> {
   void make_wanted_links();
   std::chrono::milliseconds beat_interval_{0}, beat_timeout_{0};
   std::chrono::steady_clock::time_point next_beat_{};
+  /// Same-host peers' pidfds and process states, and every loss the heartbeats found; polled
+  /// every kWatchPeriod from heartbeat_locked (the progress thread sleeps at most 200 ms).
+  std::shared_ptr<PeerWatch> watch_;
+  static constexpr std::chrono::milliseconds kWatchPeriod{100};
+  std::chrono::steady_clock::time_point next_watch_{};
   std::vector<PeerBeat> beats_;                   // by global rank
   std::vector<std::pair<Slot*, int>> need_link_;  // (slot, peer)
 

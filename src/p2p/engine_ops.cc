@@ -157,8 +157,7 @@ void Engine::post_send(const GroupInfo& g, int dst, int tag, const Tensor& t,
   if (!dead_peers_.empty()) {
     auto dead = dead_peers_.find(dst);
     if (dead != dead_peers_.end())
-      throw PeerError(op->describe() + ": rank " + std::to_string(dst) +
-                      " is unreachable: " + dead->second);
+      throw PeerError(op->describe() + ": rank " + std::to_string(dst) + " is " + dead->second);
   }
   // The link chosen before, without a call (link_for's first test); else link_for chooses.
   Link* l = chosen_link_locked(g.backend_id, dst);
@@ -254,8 +253,7 @@ void Engine::post_recv(const GroupInfo& g, int src, int tag, const Tensor& t,
   // more will come from a dead rank.
   auto dead = src == kAnySource || dead_peers_.empty() ? dead_peers_.end() : dead_peers_.find(src);
   if (dead != dead_peers_.end()) {
-    std::string why =
-        op->describe() + ": rank " + std::to_string(src) + " is unreachable: " + dead->second;
+    std::string why = op->describe() + ": rank " + std::to_string(src) + " is " + dead->second;
     fail_locked(op, std::make_exception_ptr(PeerError(why)));
     throw PeerError(why);
   }
@@ -297,7 +295,10 @@ bool Engine::cancel(const std::shared_ptr<Op>& op, Deadline grace) {
 std::string Engine::peer_failure(int peer) {
   auto lk = lock_engine();
   auto it = dead_peers_.find(peer);
-  return it == dead_peers_.end() ? std::string() : it->second;
+  if (it != dead_peers_.end()) return it->second;
+  std::string why = watch_->failure(peer);
+  if (!why.empty()) fail_peer_locked(peer, why);
+  return why;
 }
 
 std::vector<Engine::Unmatched> Engine::unmatched(uint64_t group) {
@@ -524,7 +525,7 @@ void Engine::start_rendezvous_recv_locked(const std::shared_ptr<Op>& recv, Incom
       auto dead = dead_peers_.find(in.h.src);
       fail_locked(recv, std::make_exception_ptr(PeerError(
                             recv->describe() + " failed: rank " + std::to_string(in.h.src) +
-                            " is gone (" + (dead == dead_peers_.end() ? "" : dead->second) + ")")));
+                            " is " + (dead == dead_peers_.end() ? "gone" : dead->second))));
       return;
     }
     in.slot->tr->recv_tagged(in.h.src, in.rts.data_id, *recv->mr, 0, in.h.bytes, recv->id);
@@ -662,7 +663,8 @@ void Engine::handle_put_done(Slot& s, uint64_t cookie, bool ok) {
 }
 
 void Engine::handle_peer_error(Slot& s, int peer, const std::string& reason) {
-  fail_peer_locked(peer, s.name + ": " + reason);
+  // Transports that name themselves already ("shm: ...") are not named twice.
+  fail_peer_locked(peer, reason.starts_with(s.name + ": ") ? reason : s.name + ": " + reason);
 }
 
 // ---- completion -----------------------------------------------------------------------
@@ -699,21 +701,26 @@ void Engine::fail_locked(const std::shared_ptr<Op>& op, std::exception_ptr e) {
   complete_locked(op);
 }
 
-void Engine::fail_peer_locked(int peer, const std::string& why) {
+void Engine::fail_peer_locked(int peer, const std::string& why, bool silent) {
   if (dead_peers_.count(peer)) return;
-  // Name the peer's host too (known once we ever talked to it): which machine to look at.
+  // The verdict first ("rank 3 is dead: ...", "rank 3 is unresponsive: ..."), as the liveness
+  // watch words its own; then the peer's host (known once we ever talked to it): which machine
+  // to look at.
   std::string reason = why;
-  {
+  if (!why.starts_with("dead: ") && !why.starts_with("unresponsive: "))
+    reason = (silent ? "unresponsive: " : "dead: ") + why;
+  if (why.find(" on host '") == std::string::npos) {
     std::lock_guard<std::mutex> ck(cache_mu_);
     auto h = host_cache_.find(peer);
     if (h != host_cache_.end())
       reason += " [rank " + std::to_string(peer) + " runs on host '" + h->second + "']";
   }
+  watch_->mark(peer, reason);
   dead_peers_[peer] = reason;
   TPLOG(WARN, P2P) << "rank " << opt_.rank << ": lost rank " << peer << ": " << reason;
   auto err = [&](const Op& op) {
-    return std::make_exception_ptr(PeerError(op.describe() + " failed: rank " +
-                                             std::to_string(peer) + " is gone (" + reason + ")"));
+    return std::make_exception_ptr(
+        PeerError(op.describe() + " failed: rank " + std::to_string(peer) + " is " + reason));
   };
   for (auto& [key, l] : links_) {
     if (l->peer != peer) continue;

@@ -85,12 +85,17 @@ int Engine::progress_locked(bool everything) {
 
 void Engine::heartbeat_locked() {
   using Clock = std::chrono::steady_clock;
-  if (beat_interval_.count() <= 0 || shut_down_) return;
+  if (shut_down_) return;
   // The coarse clock (steady_clock's clock, a tick behind; a fraction of the fine clock's cost
   // in a VM): this runs every 64th progress round of a spinning wait, and beats are seconds
   // apart.
   auto now = Deadline::coarse_now();
-  if (now < next_beat_) return;
+  if (now >= next_watch_) {
+    // Same-host peers: a pidfd poll and a /proc read each (core/liveness.h).
+    next_watch_ = now + kWatchPeriod;
+    for (auto& [peer, why] : watch_->poll()) fail_peer_locked(peer, why);
+  }
+  if (beat_interval_.count() <= 0 || now < next_beat_) return;
   // Checked much later than due: this process itself was stopped or starved, so the peers'
   // silence says nothing about them; restart every peer's clock.
   bool we_were_away = next_beat_ != Clock::time_point{} && now - next_beat_ > 2 * beat_interval_;
@@ -136,13 +141,21 @@ void Engine::heartbeat_locked() {
       continue;
     }
     if (beat_timeout_.count() <= 0 || now - b.since < beat_timeout_) continue;
+    // A peer on this host with a working connection is judged by its process (the watch
+    // above: exited, or stopped for the same timeout), not by its beats: a running process
+    // whose progress thread starves on a loaded machine is alive. A connection that never
+    // completed its handshake is judged here all the same.
+    if (ready[p] && watch_->local(peer)) {
+      b.since = now;
+      continue;
+    }
     auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(now - b.since);
     std::ostringstream os;
     os << "nothing, not even a heartbeat, arrived from rank " << peer << " for " << silent.count()
        << " ms (TPCOMM_HEARTBEAT_TIMEOUT=" << beat_timeout_.count() << "ms)";
     if (!ready[p]) os << "; its connection never completed the handshake";
     os << ": the process is stopped or hung, or the network between us is cut";
-    fail_peer_locked(peer, os.str());
+    fail_peer_locked(peer, os.str(), /*silent=*/true);
   }
 }
 
@@ -414,7 +427,7 @@ std::string Engine::waiting_for(const Op& op) {
       break;
   }
   auto dead = op.peer == kAnySource ? dead_peers_.end() : dead_peers_.find(op.peer);
-  if (dead != dead_peers_.end()) os << "; that rank is gone: " << dead->second;
+  if (dead != dead_peers_.end()) os << "; that rank is " << dead->second;
   return os.str();
 }
 
@@ -478,6 +491,7 @@ void Engine::progress_thread_main() {
       progress_sleeping_.store(sleep, std::memory_order_relaxed);
     }
     if (want_links) make_wanted_links();
+    watch_->resolve(*opt_.store);  // peers not known yet (a store look-up once a second)
     if (!sleep) continue;
     // The transports' fds join the set for this sleep only. An fd added while ready is
     // reported at once (epoll checks it on insertion), so nothing armed above is missed.

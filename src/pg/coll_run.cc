@@ -110,8 +110,13 @@ void compute_hints(GroupState& g, CollState& cs) {
 void make_host_coll(GroupState& g, CollState& cs, Deadline dl) {
   if (!cs.one_host || cs.hints.name != "shm" || g.size() < 2) return;
   cs.host_store = std::make_shared<PrefixStore>("shm_coll", g.store);
+  // Every member published its liveness record before its engine ran.
+  g.world->engine->resolve_peers();
   try {
-    cs.host = coll::shm::HostColl::create(*cs.host_store, g.rank, g.size(), dl);
+    cs.host = coll::shm::HostColl::create(*cs.host_store, g.rank, g.size(), dl,
+                                          {g.world->engine->watch(), g.info.ranks});
+  } catch (const PeerError&) {
+    throw;  // a member is lost: message passing would fail on it too
   } catch (const std::exception& e) {
     TPLOG(INFO, COLL) << "group '" << g.info.name << "': no shared-memory fast path (" << e.what()
                       << "); collectives use message passing";
@@ -143,12 +148,42 @@ void on_call_failure(GroupState& g, CollState& cs, EngineComm& comm, bool clean_
   } catch (const PeerError& e) {
     // A member is lost: tell the others (those with no link to it would otherwise wait
     // for their deadline). Best effort.
+    // The first report stays (the others' come from members that failed on the first's
+    // exit). A server that does not answer within the heartbeat timeout is not waited for.
     try {
-      g.store->set(lost_key(seq), "rank " + std::to_string(g.rank) + " reported: " + e.what());
+      auto bound = config::get_duration("TPCOMM_HEARTBEAT_TIMEOUT");
+      if (bound.count() <= 0) bound = std::chrono::seconds(10);
+      const std::string key = lost_key(seq);
+      if (!g.store->check_within({key}, bound))
+        g.store->set(key, "rank " + std::to_string(g.rank) + " reported: " + e.what());
     } catch (const std::exception&) {
     }
   } catch (...) {
   }
+}
+
+// The direct-read collectives' errors name the call as the group knows it (operation,
+// sequence number, group), as the message-passing path's do.
+std::exception_ptr located(const EngineComm& comm, std::exception_ptr e) {
+  auto prefixed = [&](const std::exception& x) {
+    return std::string(x.what()).starts_with("shm_direct") ? comm.where() + ": " + x.what() : "";
+  };
+  // A member that failed first (and exited, which is how this rank may have learnt of a
+  // loss) said why in the group's store: the root cause, when it is another member.
+  auto first_loss = [&] {
+    std::string n = comm.notice();
+    return n.empty() ? n : ". First loss: " + n;
+  };
+  try {
+    std::rethrow_exception(e);
+  } catch (const PeerError& x) {
+    if (std::string m = prefixed(x); !m.empty())
+      return std::make_exception_ptr(PeerError(m + first_loss()));
+  } catch (const TimeoutError& x) {
+    if (std::string m = prefixed(x); !m.empty()) return std::make_exception_ptr(TimeoutError(m));
+  } catch (...) {
+  }
+  return e;
 }
 
 // Per call: the sequence number, the operation's code and the deadline (under the run lock).
@@ -198,8 +233,13 @@ void execute(GroupState& g, CollState& cs, const char* op, const CollectiveOptio
   try {
     algo = body(ctx);
   } catch (...) {
-    on_call_failure(g, cs, comm, ctx.clean_failure, seq);
-    throw;
+    std::exception_ptr e = located(comm, std::current_exception());
+    try {
+      std::rethrow_exception(e);
+    } catch (...) {
+      on_call_failure(g, cs, comm, ctx.clean_failure, seq);
+      throw;
+    }
   }
   comm.record_done(algo);
   cs.last_algorithm.store(algo, std::memory_order_release);

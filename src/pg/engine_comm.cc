@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/config.h"
 #include "core/log.h"
 #include "tpcomm/error.hpp"
 
@@ -283,7 +284,7 @@ std::string EngineComm::lost_members() const {
     std::string why = c_.engine->peer_failure(c_.channel->ranks[m]);
     if (!why.empty())
       out += "; rank " + std::to_string(m) + " of the group (global rank " +
-             std::to_string(c_.channel->ranks[m]) + ") is gone: " + why;
+             std::to_string(c_.channel->ranks[m]) + ") is " + why;
   }
   return out.empty() ? out : ". Lost members" + out;
 }
@@ -299,6 +300,15 @@ void EngineComm::check_members() const {
   std::string n;
   try {
     n = notice(true);
+  } catch (const TimeoutError& e) {
+    // The store's server did not answer: its process may be a member that stopped, which the
+    // liveness watch names by now.
+    lost = lost_members();
+    if (!lost.empty()) throw PeerError(where() + " cannot complete" + lost);
+    throw TimeoutError(where() + " has waited " + std::to_string(kLostCheck.count()) +
+                       " ms; the group's store did not answer when asked whether the other "
+                       "members are alive: " +
+                       e.what());
   } catch (const StoreError& e) {
     throw StoreError(where() + " has waited " + std::to_string(kLostCheck.count()) +
                      " ms and cannot reach the group's store to learn whether the other members "
@@ -373,7 +383,15 @@ std::string EngineComm::notice(bool store_errors) const {
   if (!c_.store) return "";
   try {
     std::string key = lost_key(c_.seq);
-    if (c_.store->check({key})) return c_.store->get_string(key);
+    // A server that answers nothing for the heartbeat timeout (its process stopped) is taken
+    // as lost, as a member would be; never past the call's deadline.
+    auto bound = c_.deadline.remaining();
+    auto beat = config::get_duration("TPCOMM_HEARTBEAT_TIMEOUT");
+    if (beat.count() > 0) bound = std::min(bound, beat);
+    if (c_.store->check_within({key}, std::max(bound, std::chrono::milliseconds(1))))
+      return c_.store->get_string(key);
+  } catch (const TimeoutError&) {
+    if (store_errors) throw;
   } catch (const StoreError&) {
     if (store_errors) throw;
   } catch (const std::exception&) {

@@ -102,6 +102,10 @@ class EngineComm : public coll::CollComm {
   /// (lost_key) so that members that hold none of the disagreeing messages fail with the
   /// same MismatchError at their next check instead of at their deadline.
   void on_failure(std::exception_ptr error);
+  /// The notice another member posted for this call (lost_key: a lost member, or a
+  /// mismatch when it starts with kMismatchNotice), or "". A store that fails gives "",
+  /// or a StoreError with `store_errors`.
+  std::string notice(bool store_errors = false) const;
 
  private:
   coll::Request post(bool send, void* buf, size_t bytes, int peer, int tag);
@@ -113,11 +117,7 @@ class EngineComm : public coll::CollComm {
   /// The MismatchError text when unmatched messages of this call's sequence slot carry
   /// another operation's code, else "".
   std::string foreign_calls() const;
-  /// The notice another member posted for this call (lost_key: a lost member, or a
-  /// mismatch when it starts with kMismatchNotice), or "". A store that fails gives "",
-  /// or a StoreError with `store_errors`.
-  std::string notice(bool store_errors = false) const;
-  /// "; rank 2 of the group (global rank 2) is gone: ..." for each lost member, or "".
+  /// "; rank 2 of the group (global rank 2) is dead: ..." for each lost member, or "".
   std::string lost_members() const;
   /// How often a long wait checks for lost members.
   static constexpr std::chrono::milliseconds kLostCheck{200};

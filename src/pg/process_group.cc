@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "core/config.h"
 #include "core/deadline.h"
@@ -103,6 +104,55 @@ int GroupState::find_group_rank(int global_rank) const {
                                                       : -1;
 }
 
+// "host:port" of the TCPStore under `store` (through PrefixStores), or "" for another kind.
+std::string store_address(const std::shared_ptr<Store>& store) {
+  std::shared_ptr<Store> s = store;
+  while (auto* p = dynamic_cast<PrefixStore*>(s.get())) s = p->underlying();
+  if (auto* t = dynamic_cast<TCPStore*>(s.get()))
+    return t->host() + ":" + std::to_string(t->port());
+  return "";
+}
+
+// Returns once every rank of the world has started its engine (each publishes its
+// "link/host/<rank>" last), or throws TimeoutError at `dl` naming the ranks that did not.
+// Non-blocking look-ups, 1 to 50 ms apart, so that the missing ranks can be named.
+void wait_for_join(Store& p2p_store, const std::shared_ptr<Store>& user_store, int rank,
+                   int world_size, Deadline dl, std::chrono::milliseconds timeout) {
+  std::vector<std::string> keys;
+  for (int r = 0; r < world_size; ++r) keys.push_back("link/host/" + std::to_string(r));
+  auto pause = std::chrono::milliseconds(1);
+  while (!p2p_store.check(keys)) {
+    if (dl.expired()) {
+      std::vector<int> missing;
+      for (int r = 0; r < world_size; ++r)
+        if (!p2p_store.check({keys[static_cast<size_t>(r)]})) missing.push_back(r);
+      std::string where;
+      if (config::is_set("LOCAL_WORLD_SIZE")) {
+        // tprun starts LOCAL_WORLD_SIZE ranks per node, node n from rank n x that.
+        const int64_t per_node = config::get_int("LOCAL_WORLD_SIZE");
+        std::vector<int> nodes;
+        for (int r : missing) {
+          const int node = static_cast<int>(r / std::max<int64_t>(per_node, 1));
+          if (std::find(nodes.begin(), nodes.end(), node) == nodes.end()) nodes.push_back(node);
+        }
+        where = " (they belong on node" + std::string(nodes.size() > 1 ? "s " : " ") + list(nodes) +
+                " of a tprun job of " + std::to_string(per_node) + " per node)";
+      }
+      const std::string addr = store_address(user_store);
+      throw TimeoutError(
+          "init_process_group: rank " + std::to_string(rank) + " of " + std::to_string(world_size) +
+          ": rank" + (missing.size() > 1 ? "s " : " ") + list(missing) + " did not join within " +
+          std::to_string(timeout.count()) + " ms" + where +
+          "; every rank of the world must call "
+          "init_process_group with the same store" +
+          (addr.empty() ? std::string() : " (here the TCPStore at " + addr + ")") +
+          ". Start the missing ranks, or raise the timeout (TPCOMM_TIMEOUT or the init options)");
+    }
+    std::this_thread::sleep_for(std::min(pause, dl.remaining()));
+    pause = std::min(pause * 2, std::chrono::milliseconds(50));
+  }
+}
+
 }  // namespace detail
 
 using detail::GroupState;
@@ -141,6 +191,10 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(std::shared_ptr<Store> store,
   eo.timeout = timeout;
   eo.backend = backend;
   world->engine = p2p::Engine::create(eo);
+  // The world exists once every rank has joined: a job started short fails here, on every
+  // rank that started, naming the missing ones (not later, on a store key).
+  detail::wait_for_join(*eo.store, store, rank, world_size, Deadline::after(timeout), timeout);
+  world->engine->resolve_peers();  // every rank's liveness record is there by now
 
   auto g = std::make_shared<GroupState>();
   g->world = world;

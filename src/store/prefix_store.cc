@@ -28,6 +28,10 @@ Bytes PrefixStore::compare_set(const std::string& key, const Bytes& expected,
 }
 bool PrefixStore::delete_key(const std::string& key) { return store_->delete_key(join(key)); }
 bool PrefixStore::check(const std::vector<std::string>& keys) { return store_->check(join(keys)); }
+bool PrefixStore::check_within(const std::vector<std::string>& keys,
+                               std::chrono::milliseconds timeout) {
+  return store_->check_within(join(keys), timeout);
+}
 void PrefixStore::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
   store_->wait(join(keys), timeout);
 }

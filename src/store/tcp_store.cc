@@ -91,6 +91,10 @@ bool TCPStore::delete_key(const std::string& key) {
 bool TCPStore::check(const std::vector<std::string>& keys) {
   return need(client_, host_, port_).check(keys, timeout_);
 }
+bool TCPStore::check_within(const std::vector<std::string>& keys,
+                            std::chrono::milliseconds timeout) {
+  return need(client_, host_, port_).check(keys, std::min(timeout, timeout_));
+}
 
 void TCPStore::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
   need(client_, host_, port_).wait(keys, timeout);

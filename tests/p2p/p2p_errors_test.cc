@@ -151,7 +151,7 @@ TEST_P(Errors, DeadPeerFailsPendingWorkNamingTheRank) {
                                int32_t x = 0;
                                pg->send(Tensor::of(&x, 1), 1);
                              }),
-                             "rank 1 is unreachable"));
+                             "rank 1 is dead"));
         pg->destroy();
       },
       opt);

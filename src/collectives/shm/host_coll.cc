@@ -10,6 +10,7 @@
 #include <iterator>
 #include <random>
 #include <sstream>
+#include <thread>
 
 #include "collectives/shm/algos.h"
 #include "collectives/shm/catalogue.h"
@@ -72,10 +73,30 @@ std::vector<std::string> keys_of(const std::string& prefix, int size) {
   return keys;
 }
 
-std::vector<std::string> gather_all(Store& store, const std::string& prefix, int size,
-                                    Deadline dl) {
+// Every rank's value under `prefix`, waiting until `dl`; with a watch, a member that died or
+// stopped meanwhile fails the wait at once (PeerError) instead of at the deadline.
+std::vector<std::string> gather_all(Store& store, const std::string& prefix, int rank, int size,
+                                    Deadline dl, const HostColl::Liveness& live) {
   std::vector<std::string> keys = keys_of(prefix, size);
-  store.wait(keys, dl.remaining());
+  if (!live.watch) {
+    store.wait(keys, dl.remaining());
+  } else {
+    // Look-ups that do not block (a blocking wait cannot be interrupted), 1 to 50 ms apart.
+    auto pause = std::chrono::milliseconds(1);
+    while (!store.check(keys)) {
+      std::string lost = live.watch->describe_failures(
+          live.ranks, [](int g) { return "rank " + std::to_string(g); });
+      if (!lost.empty())
+        throw PeerError("shm_direct: rank " + std::to_string(rank) + " of " + std::to_string(size) +
+                        " cannot set up the group's shared-memory collectives: " + lost);
+      if (dl.expired()) {
+        store.wait(keys, std::chrono::milliseconds(0));  // the store's message, naming keys
+        break;
+      }
+      std::this_thread::sleep_for(std::min(pause, dl.remaining()));
+      pause = std::min(pause * 2, std::chrono::milliseconds(50));
+    }
+  }
   std::vector<std::string> out;
   for (const Bytes& b : store.multi_get(keys)) out.push_back(to_string(b));
   return out;
@@ -83,7 +104,8 @@ std::vector<std::string> gather_all(Store& store, const std::string& prefix, int
 
 }  // namespace
 
-std::unique_ptr<HostColl> HostColl::create(Store& store, int rank, int size, Deadline dl) {
+std::unique_ptr<HostColl> HostColl::create(Store& store, int rank, int size, Deadline dl,
+                                           const Liveness& live) {
   if (size < 1 || rank < 0 || rank >= size) {
     throw InvalidArgument("shm_direct: rank " + std::to_string(rank) +
                           " is not within a group of " + std::to_string(size));
@@ -143,7 +165,7 @@ std::unique_ptr<HostColl> HostColl::create(Store& store, int rank, int size, Dea
     mine.reason = e.what();
   }
   store.set(prefix + "seg/" + std::to_string(rank), encode(mine));
-  std::vector<std::string> recs = gather_all(store, prefix + "seg/", size, dl);
+  std::vector<std::string> recs = gather_all(store, prefix + "seg/", rank, size, dl, live);
 
   // Map every peer's segment; any problem becomes this rank's published failure. Then try a
   // cross-memory read of its header: a refusal only keeps the group to staging copies.
@@ -192,7 +214,7 @@ std::unique_ptr<HostColl> HostColl::create(Store& store, int rank, int size, Dea
   verdict.boot = "-";
   verdict.cross = cross.empty() ? "yes" : cross;
   store.set(prefix + "mapped/" + std::to_string(rank), encode(verdict));
-  std::vector<std::string> verdicts = gather_all(store, prefix + "mapped/", size, dl);
+  std::vector<std::string> verdicts = gather_all(store, prefix + "mapped/", rank, size, dl, live);
   // Every peer holds its own descriptor now (or gave up): ours can go.
   hc->segments_[static_cast<size_t>(rank)].close_fd();
   for (int r = 0; r < size; ++r) {
@@ -209,6 +231,8 @@ std::unique_ptr<HostColl> HostColl::create(Store& store, int rank, int size, Dea
   hc->team_ = std::make_unique<Team>(rank, size, std::move(bases), staging, chunk, spin);
   hc->team_->set_check_calls(config::get_bool("TPCOMM_CHECK_SIGNATURE"));
   hc->team_->set_stage_mode(stage_mode);
+  hc->team_->set_stop_at(static_cast<uint64_t>(config::get_int("TPCOMM_SHM_COLL_STOP_AT")));
+  if (live.watch) hc->team_->set_watch(live.watch, live.ranks);
   // Single-copy reads when every rank can read every peer (the first refusal is logged);
   // blocks from the largest TPCOMM_SHM_COLL_CMA_MIN of the group, and "on" where every rank
   // says so, so that all agree.
@@ -251,9 +275,9 @@ HostColl::~HostColl() {
     const StagePolicy& p = team_->stage_policy(static_cast<Team::StageUse>(u));
     if (p.timed_chunks(false) + p.timed_chunks(true) == 0) continue;
     TPLOG(INFO, COLL) << "shm_direct: rank " << team_->rank() << " " << names[u]
-                       << " staging stores: cached " << p.timed_chunks(false) << " chunks, "
-                       << p.rate(false) << " GB/s; streaming " << p.timed_chunks(true)
-                       << " chunks, " << p.rate(true) << " GB/s";
+                      << " staging stores: cached " << p.timed_chunks(false) << " chunks, "
+                      << p.rate(false) << " GB/s; streaming " << p.timed_chunks(true) << " chunks, "
+                      << p.rate(true) << " GB/s";
   }
 }
 

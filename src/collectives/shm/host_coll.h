@@ -19,6 +19,7 @@
 #include "collectives/shm/tiny.h"
 #include "collectives/types.h"
 #include "core/deadline.h"
+#include "core/liveness.h"
 #include "tpcomm/store.hpp"
 
 namespace tpcomm::coll::shm {
@@ -36,7 +37,15 @@ class HostColl {
   /// publishes it through `group_store` and maps every peer's. Either every rank gets an
   /// instance or every rank throws (TransportError naming the rank and the reason, e.g. a peer
   /// on another host); the caller then keeps to message passing.
-  static std::unique_ptr<HostColl> create(Store& group_store, int rank, int size, Deadline dl);
+  /// With `live.watch` (the job's liveness watch, `live.ranks` the members' ranks in it), a
+  /// member that died or stopped fails the set-up and every later wait on it within
+  /// Team::kWatchPeriod with a PeerError naming it, instead of at the deadline.
+  struct Liveness {
+    std::shared_ptr<PeerWatch> watch;
+    std::vector<int> ranks;
+  };
+  static std::unique_ptr<HostColl> create(Store& group_store, int rank, int size, Deadline dl,
+                                          const Liveness& live = {});
   ~HostColl();
   HostColl(const HostColl&) = delete;
   HostColl& operator=(const HostColl&) = delete;

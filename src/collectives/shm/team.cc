@@ -5,6 +5,7 @@
 #include <immintrin.h>
 #include <linux/futex.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -200,6 +201,7 @@ uint64_t Team::post_small(int p) {
 template <class Ready>
 void Team::wait_until(int r, std::atomic<uint64_t>& word, uint64_t v, Ready ready,
                       const char* what) {
+  count_wait();
   // A line written by the peer arrives within ~100 ns: poll without pause first (pause
   // costs ~40 ns on recent cores, as much as the transfer).
   for (int i = 0; i < 256; ++i) {
@@ -207,6 +209,7 @@ void Team::wait_until(int r, std::atomic<uint64_t>& word, uint64_t v, Ready read
   }
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
+  auto next_watch = start + std::chrono::microseconds(spin_us_) + kWatchPeriod;
   const auto spin_end = start + std::chrono::microseconds(spin_us_);
   const auto yield_end = spin_end + std::chrono::microseconds(kYieldUs);
   for (uint32_t i = 1;; ++i) {
@@ -220,6 +223,10 @@ void Team::wait_until(int r, std::atomic<uint64_t>& word, uint64_t v, Ready read
       mismatch(r, flag(r)->calls[sig_.call % kCallRing]);
     const auto now = Clock::now();
     if (now < spin_end) continue;
+    if (watch_ && now >= next_watch) {
+      next_watch = now + kWatchPeriod;
+      check_members(v, what);
+    }
     if (now >= dl_.when()) {
       std::vector<int> missing{r};
       timeout(missing, v, what);
@@ -353,15 +360,42 @@ int Team::acquire_small(const char* what) {
   return p;
 }
 
+void Team::check_members(uint64_t v, const char* what) {
+  // Every lost member, not only the first: one that failed on a loss and exited is lost too,
+  // and the root cause is among the others.
+  std::string lost = watch_->describe_failures(global_, [&](int g) {
+    const int r = static_cast<int>(std::find(global_.begin(), global_.end(), g) - global_.begin());
+    return "rank " + std::to_string(r) +
+           (r != g ? " (global rank " + std::to_string(g) + ")" : std::string());
+  });
+  if (lost.empty()) return;
+  broken_ = true;  // the ranks' steps no longer agree
+  throw PeerError("shm_direct " + std::string(what) + ": rank " + std::to_string(rank_) + " of " +
+                  std::to_string(size_) + " cannot complete its shared-memory collective #" +
+                  std::to_string(sig_.call) + " (step " + std::to_string(v) + "): " + lost +
+                  "; this group's shared-memory collectives are now unusable");
+}
+
+void Team::stop_here() { ::raise(SIGSTOP); }
+
 void Team::timeout(const std::vector<int>& missing, uint64_t v, const char* what) {
   broken_ = true;
-  std::string ranks;
-  for (int r : missing) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+  std::string ranks, states;
+  for (int r : missing) {
+    ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+    if (watch_ && static_cast<size_t>(r) < global_.size()) {
+      std::string st = watch_->state(global_[static_cast<size_t>(r)]);
+      if (!st.empty()) states += (states.empty() ? "" : "; ") + st;
+    }
+  }
   throw TimeoutError("shm_direct " + std::string(what) + ": rank " + std::to_string(rank_) +
-                     " of " + std::to_string(size_) + " timed out waiting for rank" +
-                     (missing.size() > 1 ? "s " : " ") + ranks + " (step " + std::to_string(v) +
-                     "); they did not arrive. Check that every rank of the group calls the same "
-                     "collective with matching arguments, or raise the timeout");
+                     " of " + std::to_string(size_) +
+                     " timed out in its shared-memory collective #" + std::to_string(sig_.call) +
+                     " waiting for rank" + (missing.size() > 1 ? "s " : " ") + ranks + " (step " +
+                     std::to_string(v) + "); they did not arrive" +
+                     (states.empty() ? "" : " (" + states + ")") +
+                     ". Check that every rank of the group calls the same collective with "
+                     "matching arguments, or raise the timeout");
 }
 
 }  // namespace tpcomm::coll::shm

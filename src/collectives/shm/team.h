@@ -18,13 +18,16 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
-#include "core/stage_policy.h"
 #include "core/deadline.h"
+#include "core/liveness.h"
+#include "core/stage_policy.h"
 
 namespace tpcomm::coll::shm {
 
@@ -229,6 +232,17 @@ class Team {
 
   /// Deadline of the running call.
   void set_deadline(Deadline dl) { dl_ = dl; }
+  /// The job's liveness watch and the members' global ranks (index: team rank): a wait past
+  /// its spin asks the watch every kWatchPeriod whether a member died or stayed stopped, and
+  /// fails with a PeerError naming it instead of waiting for the deadline.
+  void set_watch(std::shared_ptr<PeerWatch> watch, std::vector<int> global_ranks) {
+    watch_ = std::move(watch);
+    global_ = std::move(global_ranks);
+  }
+  static constexpr std::chrono::milliseconds kWatchPeriod{20};
+  /// Testing (TPCOMM_SHM_COLL_STOP_AT): this rank stops itself (SIGSTOP) on entering its
+  /// n-th wait on a peer; 0: never.
+  void set_stop_at(uint64_t n) { stop_at_ = n; }
   /// Starts a call: publishes what this rank called (s.call is set here) for its peers.
   void begin_call(const CallSig& s);
   /// TPCOMM_CHECK_SIGNATURE: compare the peers' calls with ours (published either way).
@@ -261,6 +275,13 @@ class Team {
   template <class Ready>
   void wait_until(int r, std::atomic<uint64_t>& word, uint64_t v, Ready ready, const char* what);
   [[noreturn]] void timeout(const std::vector<int>& missing, uint64_t v, const char* what);
+  // Asks the watch about every member; throws PeerError for a lost one.
+  void check_members(uint64_t v, const char* what);
+  // The test hook of set_stop_at().
+  void count_wait() {
+    if (stop_at_ != 0 && ++waits_ == stop_at_) stop_here();
+  }
+  void stop_here();
   /// Once per peer and call, on a step of this call: `theirs` must be this rank's call. A
   /// record of a later call proves nothing (a peer may run calls ahead, e.g. a reduce's
   /// non-root ranks, and the flag line keeps only the last kCallRing calls).
@@ -313,6 +334,10 @@ class Team {
   size_t cross_min_ = 0;
   bool cross_always_ = false;
   std::array<StagePolicy, static_cast<size_t>(StageUse::kCount)> stage_policies_;
+  std::shared_ptr<PeerWatch> watch_;  // null: no liveness checks (deadline only)
+  std::vector<int> global_;
+  uint64_t stop_at_ = 0;
+  uint64_t waits_ = 0;
 };
 
 }  // namespace tpcomm::coll::shm
