@@ -399,6 +399,8 @@ class Engine : public std::enable_shared_from_this<Engine> {
   std::shared_ptr<PeerWatch> watch_;
   static constexpr std::chrono::milliseconds kWatchPeriod{100};
   std::chrono::steady_clock::time_point next_watch_{};
+  /// Peers the last watch found dead, failed at the next one (heartbeat_locked).
+  std::vector<std::pair<int, std::string>> dying_;
   std::vector<PeerBeat> beats_;                   // by global rank
   std::vector<std::pair<Slot*, int>> need_link_;  // (slot, peer)
 

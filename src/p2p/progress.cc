@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <sstream>
+#include <utility>
 
 #include "core/log.h"
 #include "p2p/core_share.h"
@@ -93,7 +94,17 @@ void Engine::heartbeat_locked() {
   if (now >= next_watch_) {
     // Same-host peers: a pidfd poll and a /proc read each (core/liveness.h).
     next_watch_ = now + kWatchPeriod;
-    for (auto& [peer, why] : watch_->poll()) fail_peer_locked(peer, why);
+    // A peer found dead fails its operations one watch period later: what it sent before it
+    // exited stays readable (socket buffers, rings) and progress takes it in meanwhile, so an
+    // operation whose last message was already on its way (a receiver's final acknowledgement
+    // of a send) completes instead of failing.
+    for (auto& [peer, why] : std::exchange(dying_, {})) fail_peer_locked(peer, why);
+    for (auto& [peer, why] : watch_->poll()) {
+      if (why.starts_with("dead: "))
+        dying_.emplace_back(peer, why);
+      else
+        fail_peer_locked(peer, why);
+    }
   }
   if (beat_interval_.count() <= 0 || now < next_beat_) return;
   // Checked much later than due: this process itself was stopped or starved, so the peers'
