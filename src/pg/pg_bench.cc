@@ -7,6 +7,7 @@
 #include "bench/bench_comm.h"
 #include "collectives/collectives.h"
 #include "collectives/util.h"
+#include "core/config.h"
 #include "cuda/device_buffer.h"
 #include "pg/coll_dispatch.h"
 #include "pg/coll_run.h"
@@ -209,7 +210,8 @@ class PgBenchComm : public bench::BenchComm {
 std::unique_ptr<bench::BenchComm> make_bench_comm(const bench::BenchOptions& o) {
   InitOptions io;
   io.backend = o.transport.empty() ? std::string(Backend::AUTO) : o.transport;
-  RendezvousResult rr = rendezvous("env://");
+  // The job's deadline (TPCOMM_TIMEOUT) bounds the rendezvous too, as init_process_group's.
+  RendezvousResult rr = rendezvous("env://", -1, -1, config::get_duration("TPCOMM_TIMEOUT"));
   return std::make_unique<PgBenchComm>(ProcessGroup::create(rr.store, rr.rank, rr.world_size, io));
 }
 

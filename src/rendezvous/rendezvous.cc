@@ -96,16 +96,24 @@ std::optional<int64_t> env_int(const char* name) {
 }
 
 // Connects to (or, on rank 0, starts) the TCPStore at host:port.
+// `source` says where the address came from ("MASTER_ADDR and MASTER_PORT", "the URL
+// tcp://..."), for the error a user gets when the store cannot be reached in time.
 RendezvousResult tcp_store_result(const std::string& host, uint16_t port, int rank, int world_size,
-                                  std::chrono::milliseconds timeout) {
+                                  std::chrono::milliseconds timeout, const std::string& source) {
   bool agent = config::get_bool("TPCOMM_USE_AGENT_STORE");
   bool is_master = !agent && rank == 0;
   TPLOG(INFO, INIT) << "rendezvous: rank " << rank << "/" << world_size << " "
                     << (is_master ? "hosts" : "joins") << " the TCPStore at " << host << ":" << port
                     << (agent ? " (served by the launcher)" : "");
   RendezvousResult r;
-  r.store = std::make_shared<TCPStore>(host, port, world_size, is_master, timeout,
-                                       /*wait_for_workers=*/true);
+  try {
+    r.store = std::make_shared<TCPStore>(host, port, world_size, is_master, timeout,
+                                         /*wait_for_workers=*/true);
+  } catch (const TimeoutError& e) {
+    throw TimeoutError("rank " + std::to_string(rank) + " could not join the job's store: " +
+                       e.what() + " (the store's address comes from " + source +
+                       "; the deadline is the init timeout, TPCOMM_TIMEOUT)");
+  }
   r.rank = rank;
   r.world_size = world_size;
   return r;
@@ -131,7 +139,7 @@ RendezvousResult env_handler(const std::string& url, int rank, int world_size,
   int r = pick(u, "rank", rank, env_int("RANK"),
                "RANK: set it, pass rank, or start the job with tprun");
   check_rank(u, r, ws);
-  return tcp_store_result(host, port, r, ws, timeout);
+  return tcp_store_result(host, port, r, ws, timeout, "MASTER_ADDR and MASTER_PORT");
 }
 
 RendezvousResult tcp_handler(const std::string& url, int rank, int world_size,
@@ -150,7 +158,7 @@ RendezvousResult tcp_handler(const std::string& url, int rank, int world_size,
                 "world_size: add ?world_size=N to the URL, or pass world_size");
   int r = pick(u, "rank", rank, std::nullopt, "rank: add ?rank=R to the URL, or pass rank");
   check_rank(u, r, ws);
-  return tcp_store_result(u.host, *u.port, r, ws, timeout);
+  return tcp_store_result(u.host, *u.port, r, ws, timeout, "the URL '" + url + "'");
 }
 
 RendezvousResult file_handler(const std::string& url, int rank, int world_size,

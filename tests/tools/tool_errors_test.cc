@@ -2,9 +2,14 @@
 // command line one line with the hint and status 2; never "terminate called" or SIGABRT, and
 // tprun reports a failing worker's exit code. Configuration mistakes are reported at the
 // default log level.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <string>
 
@@ -63,6 +68,35 @@ TEST(ToolErrors, EachToolFailsWithOneLine) {
   expect_clean_failure(r, 1, "tpstore: error: ");
   r = sh(bin() + "/tprun --standalone no_such_program_xyz");
   expect_clean_failure(r, 2, "tprun: cannot run 'no_such_program_xyz': not found in PATH");
+}
+
+// A worker pointed at a port where no store listens fails at TPCOMM_TIMEOUT, naming the address
+// and the variables it came from. The port is bound (never listened on) for the test's length,
+// so nothing else can take it and every connect is refused.
+TEST(ToolErrors, WrongMasterPortFailsWithinTheTimeout) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  socklen_t len = sizeof a;
+  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  const std::string port = std::to_string(ntohs(a.sin_port));
+  auto t0 = std::chrono::steady_clock::now();
+  Result r = sh("TPCOMM_TIMEOUT=2s RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port +
+                " " + bin() + "/all_reduce_perf -b 8 -e 8");
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  close(fd);
+  expect_clean_failure(r, 1,
+                       "all_reduce_perf: error: rank 1 could not join the job's store: "
+                       "cannot reach 127.0.0.1:" +
+                           port);
+  EXPECT_TRUE(has(r.out, "comes from MASTER_ADDR and MASTER_PORT")) << r.out;
+  EXPECT_EQ(lines(r.out), 1) << r.out;
+  // The deadline is 2 s: a bound a loaded machine meets with a wide margin, far below the
+  // store's own 300 s default.
+  EXPECT_LT(s, 60.0) << r.out;
 }
 
 // A worker's tpcomm error: each worker prints its line and exits 1; tprun names the exit code.

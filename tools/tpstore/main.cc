@@ -79,15 +79,17 @@ int run(int argc, char** argv) {
     while (true) {
       timespec tick{0, 100 * 1000 * 1000};
       int sig = sigtimedwait(&stop_signals, nullptr, &tick);
-      if (sig == SIGINT || sig == SIGTERM) {
-        std::printf("tpstore stopping (%s)\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
-        std::fflush(stdout);
-        break;
-      }
+      // Joins are reported before a stop that came in the same tick: a short job can connect,
+      // finish and be stopped within one.
       if (!reported && server.workers_joined() >= world_size) {
         std::printf("tpstore: all %d clients connected\n", world_size);
         std::fflush(stdout);
         reported = true;
+      }
+      if (sig == SIGINT || sig == SIGTERM) {
+        std::printf("tpstore stopping (%s)\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+        std::fflush(stdout);
+        break;
       }
     }
     server.stop();
