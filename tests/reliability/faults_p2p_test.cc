@@ -149,6 +149,31 @@ TEST(Heartbeat, QuietLivePeersStayConnected) {
   EXPECT_RANKS_OK(r);
 }
 
+// A rank that starts late is not lost: ranks 0 and 1 (on hosts of their own, so heartbeats
+// judge them) wait in init_process_group for rank 2, which starts 2.5 heartbeat timeouts
+// after them; afterwards every pair still talks, so nobody declared a rank that was waiting
+// in init, or still starting, lost.
+TEST(Heartbeat, RanksWaitingForALateStarterAreNotLost) {
+  RunOptions opt;
+  opt.env = beat_env();  // 2 s
+  opt.rank_env = [](int rank) {
+    return std::map<std::string, std::string>{{"TPCOMM_HOSTID", "node" + std::to_string(rank)}};
+  };
+  auto r = run_ranks(
+      3,
+      [&](RankContext& c) {
+        // The late start is the scenario itself, not a synchronisation.
+        if (c.rank == 2) std::this_thread::sleep_for(milliseconds(5000));
+        auto pg = world(c, "tcp", seconds(60));
+        ping(*pg, 0, 1);
+        ping(*pg, 1, 2);
+        ping(*pg, 0, 2);
+        pg->destroy();
+      },
+      opt);
+  EXPECT_RANKS_OK(r);
+}
+
 // The tcp address rank `rank` published (world group of the first ProcessGroup::create).
 std::pair<std::string, uint16_t> tcp_address(Store& store, int rank) {
   Bytes a = store.get("tpcomm/1/p2p/link/tcp/" + std::to_string(rank));
