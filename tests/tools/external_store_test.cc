@@ -7,29 +7,14 @@
 #include <cstdio>
 #include <string>
 
+#include "common/shell.h"
+
 namespace {
 
-struct Result {
-  int status = -1;
-  std::string out;
-};
+using Result = tpcomm::testing::ShellResult;
+using tpcomm::testing::has;
 
-Result sh(const std::string& cmd) {
-  Result r;
-  std::string full = "timeout -k 5 180 bash -c '" + cmd + "' 2>&1";
-  FILE* f = popen(full.c_str(), "r");
-  if (!f) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), f)) > 0) r.out.append(buf, n);
-  int st = pclose(f);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  return r;
-}
-
-bool has(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
+Result sh(const std::string& cmd) { return tpcomm::testing::run_shell(cmd, 180); }
 
 TEST(ExternalStore, TwoNodesOfTprunMeetThroughTpstore) {
   std::string bin = TPCOMM_TEST_BIN_DIR;

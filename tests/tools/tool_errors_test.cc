@@ -13,31 +13,16 @@
 #include <cstdio>
 #include <string>
 
+#include "common/shell.h"
+
 namespace {
 
-struct Result {
-  int status = -1;  // exit code, or 128 + signal
-  std::string out;  // stdout and stderr together
-};
+using Result = tpcomm::testing::ShellResult;
+using tpcomm::testing::has;
 
-Result sh(const std::string& cmd) {
-  Result r;
-  std::string full = "timeout -k 5 120 bash -c '" + cmd + "' 2>&1";
-  FILE* f = popen(full.c_str(), "r");
-  if (!f) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), f)) > 0) r.out.append(buf, n);
-  int st = pclose(f);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  return r;
-}
+Result sh(const std::string& cmd) { return tpcomm::testing::run_shell(cmd, 120); }
 
 std::string bin() { return TPCOMM_TEST_BIN_DIR; }
-
-bool has(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
 
 int lines(const std::string& s) {
   int n = 0;

@@ -11,12 +11,9 @@
 #include <string>
 #include <vector>
 
-namespace {
+#include "common/shell.h"
 
-struct Result {
-  int status = -1;  // exit code, or 128 + signal
-  std::string out;  // stdout and stderr together
-};
+namespace {
 
 std::string bin(const std::string& tool) {
   std::string path = TPCOMM_TEST_BIN_DIR;
@@ -25,25 +22,12 @@ std::string bin(const std::string& tool) {
   return path;
 }
 
-// Runs a shell command line, bounded by timeout(1).
-Result sh(const std::string& cmd) {
-  Result r;
-  std::string full = "timeout -k 5 120 sh -c '" + cmd + "' 2>&1";
-  FILE* f = popen(full.c_str(), "r");
-  if (!f) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), f)) > 0) r.out.append(buf, n);
-  int st = pclose(f);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  return r;
-}
+using Result = tpcomm::testing::ShellResult;
+using tpcomm::testing::has;
+
+Result sh(const std::string& cmd) { return tpcomm::testing::run_shell(cmd, 120); }
 
 Result tool(const std::string& name, const std::string& args) { return sh(bin(name) + " " + args); }
-
-bool has(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
 
 // A usage error: exit status 2, the tool's name first, the hint, and no crash.
 void expect_usage_error(const Result& r, const std::string& name, const std::string& part) {
