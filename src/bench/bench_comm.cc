@@ -2,7 +2,6 @@
 #include "bench/bench_comm.h"
 
 #include <cstring>
-#include <mutex>
 #include <string_view>
 
 #include "collectives/collectives.h"
@@ -15,12 +14,6 @@ namespace {
 
 Tensor view(void* p, size_t elems, DType dt, size_t offset_elems = 0) {
   return Tensor::raw(coll::at(p, offset_elems * dtype_size(dt)), static_cast<int64_t>(elems), dt);
-}
-
-std::mutex factory_mu;
-BenchCommFactory& factory_slot() {
-  static BenchCommFactory f;
-  return f;
 }
 
 }  // namespace
@@ -108,16 +101,6 @@ int64_t CollBenchComm::sum(int64_t v) {
   int64_t out = v;
   coll::all_reduce(comm_, {Tensor::of(&out, 1), Tensor::of(&out, 1), ReduceOp::SUM});
   return out;
-}
-
-void set_bench_comm_factory(BenchCommFactory factory) {
-  std::lock_guard<std::mutex> lk(factory_mu);
-  factory_slot() = std::move(factory);
-}
-
-const BenchCommFactory& bench_comm_factory() {
-  std::lock_guard<std::mutex> lk(factory_mu);
-  return factory_slot();
 }
 
 }  // namespace tpcomm::bench

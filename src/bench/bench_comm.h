@@ -1,12 +1,11 @@
 // The seam between tpbench and a communicator. BenchComm is all tpbench needs: run one
 // operation on given buffers, a barrier, and max/sum over ranks for the timings and the
 // #wrong counts. CollBenchComm implements it over a coll::CollComm (the in-process
-// LocalWorld of `tpbench --threads N` today); the process-group binding registers a factory
-// with set_bench_comm_factory so that `tprun ... tpbench` runs over the real transports.
+// LocalWorld of `tpbench --threads N`); make_pg_bench_comm gives one over a ProcessGroup, so
+// that `tprun ... tpbench` runs over the real transports.
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
 
@@ -67,10 +66,9 @@ class CollBenchComm : public BenchComm {
   coll::CollComm& comm_;
 };
 
-/// Makes this process's BenchComm for a run under a launcher (no --threads).
-using BenchCommFactory = std::function<std::unique_ptr<BenchComm>(const BenchOptions&)>;
-/// Registers the factory (the process-group binding calls this; null clears it).
-void set_bench_comm_factory(BenchCommFactory factory);
-const BenchCommFactory& bench_comm_factory();
+/// This process's BenchComm for a run under a launcher (no --threads): a ProcessGroup made from
+/// env:// (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), its backend from `-t`
+/// (pg_bench_comm.cc).
+std::unique_ptr<BenchComm> make_pg_bench_comm(const BenchOptions& o);
 
 }  // namespace tpcomm::bench

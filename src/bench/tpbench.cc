@@ -77,15 +77,11 @@ int sweep(const BenchOptions& o, std::ostream& out, SweepProgress* p) {
     if (o.threads == 0 && !o.json && !o.csv)
       out << "# " << o.program << ": no launcher; running 4 ranks as threads (-t 4)\n";
     result = run_threads(o, n, p);
-  } else if (const BenchCommFactory& f = bench_comm_factory(); f) {
-    // Under a launcher (tprun sets WORLD_SIZE): the process-group binding (src/pg/pg_bench.cc).
-    std::unique_ptr<BenchComm> bc = f(o);
+  } else {
+    // Under a launcher (tprun sets WORLD_SIZE): one rank of a process group.
+    std::unique_ptr<BenchComm> bc = make_pg_bench_comm(o);
     result = run_sweep(*bc, o, p);
     if (bc->rank() != 0) return total_wrong(result) ? 1 : 0;
-  } else {
-    throw NotSupportedError(o.program +
-                            ": this build has no process-group binding for tpbench, so it "
-                            "cannot run under a launcher; run it alone with -t N");
   }
   emit(out, o, result);
   return total_wrong(result) ? 1 : 0;

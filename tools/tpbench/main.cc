@@ -1,4 +1,4 @@
-// tpbench: collective bandwidth sweeps in the form of nccl-tests. Everything lives in the
+// tpbench: collective bandwidth sweeps in the form of nccl-tests. Its code is the tpcomm_bench
 // library (src/bench/) so that tests can call it.
 #include "bench/tpbench.h"
 

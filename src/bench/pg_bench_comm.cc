@@ -207,7 +207,13 @@ class PgBenchComm : public bench::BenchComm {
   std::shared_ptr<ProcessGroup> pg_;
 };
 
-std::unique_ptr<bench::BenchComm> make_bench_comm(const bench::BenchOptions& o) {
+}  // namespace
+}  // namespace tpcomm::detail
+
+namespace tpcomm::bench {
+
+std::unique_ptr<BenchComm> make_pg_bench_comm(const BenchOptions& o) {
+  using namespace tpcomm::detail;
   InitOptions io;
   io.backend = o.transport.empty() ? std::string(Backend::AUTO) : o.transport;
   // The job's deadline (TPCOMM_TIMEOUT) bounds the rendezvous too, as init_process_group's.
@@ -215,11 +221,4 @@ std::unique_ptr<bench::BenchComm> make_bench_comm(const bench::BenchOptions& o) 
   return std::make_unique<PgBenchComm>(ProcessGroup::create(rr.store, rr.rank, rr.world_size, io));
 }
 
-// Registered when the library loads, so that `tprun ... tpbench` finds it.
-[[maybe_unused]] const bool registered = [] {
-  bench::set_bench_comm_factory(make_bench_comm);
-  return true;
-}();
-
-}  // namespace
-}  // namespace tpcomm::detail
+}  // namespace tpcomm::bench
